@@ -1,0 +1,37 @@
+# The two commands a fresh machine needs: `make demo` and `make test`.
+# Both create or refresh .venv from pyproject.toml first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo test lint proto bench clean
+
+venv: $(STAMP)
+
+# torch is pinned here (a local CPU wheel); pyproject keeps a normal range for users.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
+	touch $(STAMP)
+
+demo: venv
+	$(PY) examples/demo.py
+
+test: venv
+	$(PY) -m ruff check .
+	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+lint: venv
+	$(PY) -m ruff check . && $(PY) -m ruff format --check .
+
+proto: venv
+	$(PY) -m xlacache.server.protogen
+
+bench: venv
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

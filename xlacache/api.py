@@ -1,0 +1,136 @@
+"""The public entry points: `initialize_cache` and `stats`."""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import os
+import threading
+
+from xlacache import config as config_mod
+from xlacache import jax_bridge
+from xlacache import stats as stats_mod
+from xlacache.cache import CompilationCache, error_kind
+from xlacache.config import CacheConfig
+from xlacache.errors import ConfigError
+from xlacache.stores import Store, open_store
+from xlacache.stores.local import LocalStore
+
+_lock = threading.Lock()
+_config: CacheConfig | None = None
+_cache: CompilationCache | None = None
+
+
+def initialize_cache(
+    path: str | os.PathLike | None = None,
+    readonly: bool | None = None,
+    *,
+    remote: str | None = None,
+    token: str | None = None,
+    max_size: int | str | None = None,
+    max_age: float | str | None = None,
+    min_compile_seconds: float | None = None,
+) -> None:
+    """Route every XLA compilation of this process through a persistent cache.
+
+    Call once, before the first compile. `path` is this process's local cache
+    directory; `readonly=True` never writes (a shared read-only mount in an SPMD
+    pod); `remote` names a shared store (``grpc://host:7070``) read after the local
+    one and written in the background. Unset arguments come from the environment
+    (see `xlacache.config`). Calling again with the same settings does nothing; with
+    other settings it raises ConfigError. A cache that cannot be opened is reported
+    once and compiling goes on without it.
+    """
+    global _config, _cache
+    settings = config_mod.resolve(
+        path,
+        readonly=readonly,
+        remote=remote,
+        token=token,
+        max_size=max_size,
+        max_age=max_age,
+        min_compile_seconds=min_compile_seconds,
+    )
+    with _lock:
+        if _config is not None:
+            if settings == _config:
+                return
+            raise ConfigError(
+                f"xlacache is already initialized ({_config.describe()}); "
+                f"cannot re-initialize with ({settings.describe()})"
+            )
+        _config = settings
+        store = _open(settings)
+        if store is None:
+            return
+        _cache = CompilationCache(store, settings.readonly, settings.min_compile_seconds)
+        jax_bridge.install(_cache)
+        atexit.register(_close)
+
+
+def stats() -> dict:
+    """This process's cache figures: hits, misses, writes, bytes read and written,
+    compile seconds spent and saved, load seconds, and errors by kind."""
+    return stats_mod.snapshot()
+
+
+def get_cache() -> CompilationCache | None:
+    """The process's cache once initialized (None before, or if it could not open)."""
+    return _cache
+
+
+def is_initialized() -> bool:
+    return _config is not None
+
+
+def _open(settings: CacheConfig) -> Store | None:
+    local: Store | None = None
+    try:
+        local = _open_local(settings)
+    except Exception as exc:  # noqa: BLE001 - no cache is better than no training
+        stats_mod.record_error(error_kind(exc), exc)
+    if settings.remote is None:
+        return local
+    try:
+        remote = open_store(settings.remote, readonly=settings.readonly, token=settings.token)
+    except Exception as exc:  # noqa: BLE001
+        stats_mod.record_error("remote", exc)
+        return local
+    if local is None:
+        return remote
+    from xlacache.stores.tiered import TieredStore
+
+    return TieredStore(local, remote, readonly=settings.readonly)
+
+
+def _open_local(settings: CacheConfig) -> LocalStore:
+    options = {"max_size": settings.max_size, "max_age": settings.max_age}
+    if settings.readonly:
+        return LocalStore(settings.path, readonly=True, **options)
+    try:
+        return LocalStore(settings.path, **options)
+    except PermissionError as exc:
+        # A directory we may read but not write (e.g. a shared read-only mount).
+        stats_mod.record_error("permission", exc)
+        return LocalStore(settings.path, readonly=True, **options)
+    except OSError as exc:
+        if exc.errno != errno.EROFS:
+            raise
+        stats_mod.record_error("permission", exc)
+        return LocalStore(settings.path, readonly=True, **options)
+
+
+def _close() -> None:
+    if _cache is not None:
+        _cache.close()
+
+
+def _reset_for_tests() -> None:
+    """Forget the process's cache (tests only)."""
+    global _config, _cache
+    with _lock:
+        jax_bridge.uninstall()
+        if _cache is not None:
+            _cache.close()
+        _config = None
+        _cache = None

@@ -1,0 +1,1 @@
+"""The `xlacache` command line: store commands (inspect, stats, prune, ...) and `serve`."""

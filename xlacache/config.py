@@ -1,0 +1,100 @@
+"""Cache settings: from `initialize_cache` arguments, else from the environment.
+
+Environment variables (arguments win over them):
+
+    XLACACHE_DIR                local cache directory (torch_xla: XLA_PERSISTENT_CACHE_PATH)
+    XLACACHE_READONLY           1/true: never write (torch_xla: XLA_PERSISTENT_CACHE_READ_ONLY)
+    XLACACHE_REMOTE             shared store URL, e.g. grpc://cache:7070
+    XLACACHE_TOKEN              bearer token for the remote (or XLACACHE_TOKEN_FILE)
+    XLACACHE_MAX_SIZE           local size cap, e.g. 20GB (least recently used go first)
+    XLACACHE_MAX_AGE            drop local entries older than this, e.g. 30d
+    XLACACHE_MIN_COMPILE_SECONDS  store only executables that took at least this long
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from xlacache.errors import ConfigError
+from xlacache.units import parse_duration, parse_size
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    path: str
+    readonly: bool = False
+    remote: str | None = None
+    token: str | None = None
+    max_size: int | None = None
+    max_age: float | None = None
+    min_compile_seconds: float = 0.0
+
+    def describe(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        if shown["token"]:
+            shown["token"] = "***"
+        return ", ".join(f"{k}={v!r}" for k, v in shown.items() if v not in (None, False))
+
+
+def _flag(name: str, value: str) -> bool:
+    if value.strip().lower() in _TRUE:
+        return True
+    if value.strip().lower() in _FALSE:
+        return False
+    raise ConfigError(f"{name}={value!r} is not a boolean (use 1 or 0)")
+
+
+def _first(env: Mapping[str, str], *names: str) -> tuple[str, str] | None:
+    for name in names:
+        if env.get(name):
+            return name, env[name]
+    return None
+
+
+def from_env(env: Mapping[str, str] = os.environ) -> dict:
+    """The settings the environment gives, as initialize_cache keyword arguments."""
+    found: dict = {}
+    if hit := _first(env, "XLACACHE_DIR", "XLA_PERSISTENT_CACHE_PATH"):
+        found["path"] = hit[1]
+    if hit := _first(env, "XLACACHE_READONLY", "XLA_PERSISTENT_CACHE_READ_ONLY"):
+        found["readonly"] = _flag(*hit)
+    if hit := _first(env, "XLACACHE_REMOTE"):
+        found["remote"] = hit[1]
+    if hit := _first(env, "XLACACHE_TOKEN"):
+        found["token"] = hit[1]
+    elif hit := _first(env, "XLACACHE_TOKEN_FILE"):
+        found["token"] = Path(hit[1]).read_text().strip()
+    if hit := _first(env, "XLACACHE_MAX_SIZE"):
+        found["max_size"] = parse_size(hit[1])
+    if hit := _first(env, "XLACACHE_MAX_AGE"):
+        found["max_age"] = parse_duration(hit[1])
+    if hit := _first(env, "XLACACHE_MIN_COMPILE_SECONDS"):
+        found["min_compile_seconds"] = parse_duration(hit[1])
+    return found
+
+
+def resolve(path: str | os.PathLike | None = None, **overrides) -> CacheConfig:
+    """Merge arguments over the environment; a path must come from one of them."""
+    settings = from_env()
+    if path is not None:
+        settings["path"] = str(path)
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    if not settings.get("path"):
+        raise ConfigError(
+            "initialize_cache needs a path (argument, XLACACHE_DIR or XLA_PERSISTENT_CACHE_PATH)"
+        )
+    settings["path"] = str(Path(settings["path"]).expanduser().absolute())
+    if isinstance(settings.get("max_size"), str):
+        settings["max_size"] = parse_size(settings["max_size"])
+    if isinstance(settings.get("max_age"), str):
+        settings["max_age"] = parse_duration(settings["max_age"])
+    known = {f.name for f in fields(CacheConfig)}
+    if unknown := set(settings) - known:
+        raise ConfigError(f"unknown cache settings: {', '.join(sorted(unknown))}")
+    return replace(CacheConfig(path=settings.pop("path")), **settings)

@@ -1,0 +1,179 @@
+"""The one entry format every store holds.
+
+Layout of an encoded entry::
+
+    b"XLAC"                 magic
+    u16 big-endian          format version
+    u32 big-endian          header length H
+    32 bytes                SHA-256 of the header bytes
+    H bytes                 header: UTF-8 JSON (see Header)
+    body                    zstd-compressed serialized executable
+
+The header names the body's SHA-256 and length, so a flipped byte anywhere or a
+truncated file is caught by `decode` before anything is deserialized.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import socket
+import struct
+import time
+from dataclasses import asdict, dataclass, field
+
+import zstandard
+
+from xlacache._version import __version__
+from xlacache.errors import CorruptEntryError
+
+MAGIC = b"XLAC"
+FORMAT_VERSION = 1
+_PRELUDE = struct.Struct(">4sHI32s")  # magic, version, header length, header sha256
+PRELUDE_SIZE = _PRELUDE.size
+MAX_HEADER_SIZE = 1 << 20
+COMPRESSION = "zstd"
+_ZSTD_LEVEL = 3
+
+
+def _producer() -> dict[str, str]:
+    try:
+        from jaxlib import version as jaxlib_version
+
+        jaxlib = jaxlib_version.__version__
+    except Exception:  # noqa: BLE001 - jaxlib is optional for tools that only read entries
+        jaxlib = ""
+    return {
+        "xlacache": __version__,
+        "jaxlib": jaxlib,
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+    }
+
+
+@dataclass(frozen=True)
+class Header:
+    """The self-describing part of an entry; readable without touching the body."""
+
+    key: str
+    payload_sha256: str  # of the body as stored (compressed)
+    payload_size: int  # uncompressed executable bytes
+    body_size: int  # compressed bytes following the header
+    compile_seconds: float
+    created: float
+    label: str = ""
+    platform: str = ""
+    compression: str = COMPRESSION
+    format_version: int = FORMAT_VERSION
+    producer: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Entry:
+    header: Header
+    body: bytes
+
+    def payload(self) -> bytes:
+        """The serialized executable (decompressed; zstd checks its own frame checksum)."""
+        try:
+            return zstandard.ZstdDecompressor().decompress(
+                self.body, max_output_size=self.header.payload_size
+            )
+        except zstandard.ZstdError as exc:
+            raise CorruptEntryError(f"entry {self.header.key}: cannot decompress: {exc}") from exc
+
+
+def encode(
+    key: str,
+    payload: bytes,
+    *,
+    compile_seconds: float,
+    label: str = "",
+    platform_name: str = "",
+    created: float | None = None,
+) -> bytes:
+    """Build an encoded entry for `payload` (a serialized executable) under `key`."""
+    body = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True).compress(payload)
+    header = Header(
+        key=key,
+        payload_sha256=hashlib.sha256(body).hexdigest(),
+        payload_size=len(payload),
+        body_size=len(body),
+        compile_seconds=float(compile_seconds),
+        created=time.time() if created is None else created,
+        label=label,
+        platform=platform_name,
+        producer=_producer(),
+    )
+    header_bytes = json.dumps(header.to_dict(), sort_keys=True).encode()
+    prelude = _PRELUDE.pack(
+        MAGIC, FORMAT_VERSION, len(header_bytes), hashlib.sha256(header_bytes).digest()
+    )
+    return b"".join((prelude, header_bytes, body))
+
+
+def read_header(data: bytes | memoryview) -> Header:
+    """Parse and check only the header of an encoded entry (a prefix is enough)."""
+    header, _ = _parse_header(memoryview(data))
+    return header
+
+
+def header_length(prelude: bytes) -> int:
+    """Total bytes of prelude + header, from the first PRELUDE_SIZE bytes of an entry."""
+    if len(prelude) < PRELUDE_SIZE:
+        raise CorruptEntryError("entry truncated inside its prelude")
+    magic, version, size, _ = _PRELUDE.unpack_from(prelude)
+    _check_prelude(magic, version, size)
+    return PRELUDE_SIZE + size
+
+
+def decode(blob: bytes | memoryview, key: str | None = None, check_body: bool = True) -> Entry:
+    """Verify an encoded entry and return it; raises CorruptEntryError.
+
+    check_body=False skips re-hashing a body that a store has just verified.
+    """
+    view = memoryview(blob)
+    header, offset = _parse_header(view)
+    if key is not None and header.key != key:
+        raise CorruptEntryError(f"entry holds key {header.key}, expected {key}")
+    body = view[offset:]
+    if len(body) != header.body_size:
+        raise CorruptEntryError(
+            f"entry {header.key} truncated: body has {len(body)} of {header.body_size} bytes"
+        )
+    if check_body and hashlib.sha256(body).hexdigest() != header.payload_sha256:
+        raise CorruptEntryError(f"entry {header.key}: body checksum mismatch")
+    return Entry(header, bytes(body))
+
+
+def digest(blob: bytes | memoryview) -> str:
+    """SHA-256 of a whole encoded entry, as carried by remote transfers."""
+    return hashlib.sha256(blob).hexdigest()
+
+
+def _check_prelude(magic: bytes, version: int, size: int) -> None:
+    if magic != MAGIC:
+        raise CorruptEntryError("not an xlacache entry (bad magic)")
+    if version != FORMAT_VERSION:
+        raise CorruptEntryError(f"entry format version {version}, expected {FORMAT_VERSION}")
+    if size > MAX_HEADER_SIZE:
+        raise CorruptEntryError(f"entry header claims {size} bytes")
+
+
+def _parse_header(view: memoryview) -> tuple[Header, int]:
+    end = header_length(bytes(view[:PRELUDE_SIZE]))
+    _, _, _, header_sha = _PRELUDE.unpack_from(view)
+    header_bytes = bytes(view[PRELUDE_SIZE:end])
+    if len(header_bytes) != end - PRELUDE_SIZE:
+        raise CorruptEntryError("entry truncated inside its header")
+    if hashlib.sha256(header_bytes).digest() != header_sha:
+        raise CorruptEntryError("entry header checksum mismatch")
+    try:
+        fields = json.loads(header_bytes)
+        return Header(**fields), end
+    except (ValueError, TypeError) as exc:
+        raise CorruptEntryError(f"entry header unreadable: {exc}") from exc

@@ -1,0 +1,188 @@
+"""Every use of JAX internals, in one place.
+
+xlacache wraps `jax._src.compiler.compile_or_get_cached`, the function through which
+every `jax.jit` compilation passes (pxla calls it as a module attribute). The
+wrapper computes xlacache's own key (`xlacache.key`) rather than JAX's, whose key
+embeds the cache directory, then asks `CompilationCache.get_or_compile`.
+`tests/test_jax_bridge.py` fails loudly when JAX changes any of what this uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import io
+import os
+import sys
+
+from xlacache import stats
+from xlacache.cache import CompilationCache
+from xlacache.key import KeyInputs, affects_codegen, cache_key, codegen_flags
+
+# The parameters of compile_or_get_cached this wrapper relies on, in order.
+EXPECTED_PARAMETERS = (
+    "backend",
+    "computation",
+    "devices",
+    "compile_options",
+    "host_callbacks",
+    "executable_devices",
+)
+
+_original = None
+_cache: CompilationCache | None = None
+
+
+def _compiler():
+    from jax._src import compiler
+
+    return compiler
+
+
+def check_compatible() -> None:
+    """Raise RuntimeError naming what changed if JAX no longer has the hooks we use."""
+    from jax._src.lib import version_str  # noqa: F401
+    from jax._src.lib.mlir import ir, passmanager  # noqa: F401
+
+    compiler = _compiler()
+    target = getattr(compiler, "compile_or_get_cached", None)
+    target = getattr(target, "__wrapped__", target)
+    if target is None or not hasattr(compiler, "backend_compile_and_load"):
+        raise RuntimeError("jax._src.compiler lost compile_or_get_cached/backend_compile_and_load")
+    params = tuple(inspect.signature(target).parameters)[: len(EXPECTED_PARAMETERS)]
+    if params != EXPECTED_PARAMETERS:
+        raise RuntimeError(
+            f"compile_or_get_cached now takes {params}, expected {EXPECTED_PARAMETERS}"
+        )
+
+
+def install(cache: CompilationCache) -> None:
+    """Send every JAX compilation of this process through `cache`."""
+    global _original, _cache
+    try:
+        check_compatible()
+    except Exception as exc:  # noqa: BLE001 - an incompatible JAX compiles uncached
+        stats.record_error("jax_integration", exc)
+        return
+    _cache = cache
+    compiler = _compiler()
+    if _original is None:
+        _original = compiler.compile_or_get_cached
+        compiler.compile_or_get_cached = _compile_or_get_cached
+
+
+def uninstall() -> None:
+    global _original, _cache
+    if _original is not None:
+        _compiler().compile_or_get_cached = _original
+    _original = None
+    _cache = None
+
+
+def key_inputs(backend, computation, devices, compile_options) -> KeyInputs:
+    """The components of xlacache's key, taken from JAX's compile arguments."""
+    from jax._src.lib import version_str as jaxlib_version
+
+    return KeyInputs(
+        hlo=_stripped_bytecode(computation),
+        compile_options=_normalized_options(compile_options, backend.platform),
+        jaxlib_version=jaxlib_version,
+        platform=backend.platform,
+        platform_version=backend.platform_version,
+        device_kinds=tuple(d.device_kind for d in devices.flat),
+        topology=_topology(devices),
+        xla_flags=codegen_flags(_xla_flags()),
+    )
+
+
+def module_name(computation) -> str:
+    from jax._src.lib.mlir import ir
+
+    return ir.StringAttr(computation.operation.attributes["sym_name"]).value
+
+
+def _compile_or_get_cached(
+    backend, computation, devices, compile_options, host_callbacks, executable_devices, *args, **kw
+):
+    original = _original
+    cache = _cache
+
+    def compile_():
+        return original(
+            backend, computation, devices, compile_options, host_callbacks,
+            executable_devices, *args, **kw,
+        )  # fmt: skip
+
+    if cache is None or host_callbacks or not _serializable(backend):
+        return compile_()
+    try:
+        key = cache_key(key_inputs(backend, computation, devices, compile_options))
+    except Exception as exc:  # noqa: BLE001
+        stats.record_error("key", exc)
+        return compile_()
+    return cache.get_or_compile(
+        key,
+        compile=compile_,
+        load=lambda payload: backend.deserialize_executable(
+            payload, executable_devices, compile_options
+        ),
+        serialize=lambda executable: executable.serialize(),
+        label=module_name(computation),
+        platform=backend.platform,
+    )
+
+
+def _serializable(backend) -> bool:
+    return getattr(backend, "supports_executable_serialization", True)
+
+
+def _stripped_bytecode(computation) -> bytes:
+    from jax._src.lib.mlir import passmanager
+
+    with computation.context:
+        module = computation.operation.clone()
+        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module)
+        out = io.BytesIO()
+        module.write_bytecode(file=out)
+    return out.getvalue()
+
+
+def _normalized_options(compile_options, platform: str) -> bytes:
+    options = copy.deepcopy(compile_options)
+    debug = options.executable_build_options.debug_options
+    for name in dir(debug):
+        if name.startswith("xla_") and not affects_codegen(name):
+            value = getattr(debug, name)
+            if isinstance(value, (bool, int, float, str)):
+                setattr(debug, name, type(value)())
+    options.env_option_overrides = [
+        (name, value) for name, value in options.env_option_overrides if affects_codegen(name)
+    ]
+    if platform == "gpu" and options.device_assignment:
+        # Multi-process GPU jobs see different physical ids for the same program.
+        import numpy as np
+        from jax._src.lib import xla_client
+
+        da = options.device_assignment
+        ids = np.arange(da.replica_count() * da.computation_count())
+        options.device_assignment = xla_client.DeviceAssignment.create(
+            ids.reshape([da.replica_count(), da.computation_count()])
+        )
+    return options.SerializeAsString()
+
+
+def _topology(devices) -> str:
+    from jax._src.lib import xla_client
+
+    try:
+        topology = xla_client.get_topology_for_devices(list(devices.flat))
+        return str(topology.fingerprint())
+    except Exception:  # noqa: BLE001 - backends without topology: kinds and count serve
+        return ""
+
+
+def _xla_flags() -> list[str]:
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    flags += os.environ.get("LIBTPU_INIT_ARGS", "").split()
+    flags += [arg for arg in sys.argv if arg.startswith("--xla")]
+    return flags

@@ -1,0 +1,74 @@
+"""This process's cache figures, and the one way cache failures are reported.
+
+Every failure the cache absorbs goes through `record_error(kind, exc)`: it is
+counted by kind and warned about once per kind, so a sick cache is visible without
+flooding the training log.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import Counter
+
+
+class CacheWarning(UserWarning):
+    """A cache problem that training carried on through (compiling instead)."""
+
+
+_lock = threading.Lock()
+_counters: Counter[str] = Counter()
+_errors: Counter[str] = Counter()
+_warned: set[str] = set()
+
+# The figures stats() always reports, so scripts can rely on the keys.
+FIELDS = (
+    "hits",
+    "misses",
+    "writes",
+    "remote_hits",
+    "uploads",
+    "uploads_dropped",
+    "bytes_read",
+    "bytes_written",
+    "compile_seconds",
+    "compile_seconds_saved",
+    "load_seconds",
+)
+
+
+def add(name: str, amount: float = 1) -> None:
+    with _lock:
+        _counters[name] += amount
+
+
+def record_error(kind: str, exc: BaseException | str) -> None:
+    """Count a cache failure of `kind` ('io', 'corrupt', 'remote', ...) and warn once."""
+    with _lock:
+        _errors[kind] += 1
+        first = kind not in _warned
+        _warned.add(kind)
+    if first:
+        warnings.warn(
+            f"xlacache: {kind} error, compiling without the cache where needed "
+            f"(further {kind} errors are counted, not shown): {exc}",
+            CacheWarning,
+            stacklevel=3,
+        )
+
+
+def snapshot() -> dict:
+    """This process's figures: counters by name and errors by kind."""
+    with _lock:
+        figures: dict = {name: _counters.get(name, 0) for name in FIELDS}
+        figures.update({k: v for k, v in _counters.items() if k not in figures})
+        figures["errors"] = dict(_errors)
+    return figures
+
+
+def reset() -> None:
+    """Forget all figures (tests, and processes that report per phase)."""
+    with _lock:
+        _counters.clear()
+        _errors.clear()
+        _warned.clear()

@@ -1,0 +1,117 @@
+"""The one small interface every store implements, and the records stores return.
+
+A store moves *encoded entries* (see `xlacache.entry`) by key. Stores never look
+inside executables; they verify entries on read and compose into tiers
+(`xlacache.stores.tiered`). Modelled on fsspec's one-interface-many-backends and
+bazel-remote's cache/ backends.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """What a store knows about one entry without reading its payload."""
+
+    key: str
+    size: int  # bytes the encoded entry takes in the store
+    payload_size: int  # uncompressed executable bytes
+    created: float  # unix time the entry was written
+    last_used: float  # unix time of the last hit (created if never hit)
+    hits: int
+    compile_seconds: float
+    label: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PrunePolicy:
+    """What `Store.prune` removes. None means no limit of that kind."""
+
+    max_size: int | None = None  # bytes; least recently used go first
+    older_than: float | None = None  # seconds since created
+    unused_for: float | None = None  # seconds since last used
+
+
+@dataclass
+class StoreSummary:
+    entries: int = 0
+    bytes: int = 0
+    payload_bytes: int = 0
+    hits: int = 0
+    compile_seconds: float = 0.0  # total compile time the stored entries represent
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class VerifyReport:
+    checked: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    repaired: bool = False
+    stale_temp_files: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Store(abc.ABC):
+    """A place that keeps encoded entries under their keys.
+
+    `get` returns a verified entry or None and raises CorruptEntryError when what it
+    found fails verification (having removed it, unless read-only). Other failures
+    raise CacheError subclasses or OSError; the caller (`xlacache.cache`) turns them
+    into misses.
+    """
+
+    url: str
+    readonly: bool = False
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes | None:
+        """The verified encoded entry stored under `key`, or None."""
+
+    @abc.abstractmethod
+    def put(self, key: str, blob: bytes) -> None:
+        """Store an encoded entry atomically; readers never see part of it."""
+
+    @abc.abstractmethod
+    def contains(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> bool:
+        """Remove an entry; True if it was there."""
+
+    @abc.abstractmethod
+    def stat(self, key: str) -> EntryInfo | None: ...
+
+    @abc.abstractmethod
+    def list(self) -> Iterator[EntryInfo]:
+        """Every entry, in no particular order."""
+
+    @abc.abstractmethod
+    def summary(self) -> StoreSummary: ...
+
+    @abc.abstractmethod
+    def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
+        """Remove what the policy says (or only report it); returns the removed entries."""
+
+    def verify(self, repair: bool = False) -> VerifyReport:
+        """Check every entry; with repair, remove the corrupt ones."""
+        raise NotImplementedError(f"{type(self).__name__} cannot verify")
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and file handles."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
