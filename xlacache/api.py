@@ -8,8 +8,7 @@ import os
 import threading
 
 from xlacache import config as config_mod
-from xlacache import jax_bridge
-from xlacache import stats as stats_mod
+from xlacache import counters, jax_bridge
 from xlacache.cache import CompilationCache, error_kind
 from xlacache.config import CacheConfig
 from xlacache.errors import ConfigError
@@ -71,7 +70,7 @@ def initialize_cache(
 def stats() -> dict:
     """This process's cache figures: hits, misses, writes, bytes read and written,
     compile seconds spent and saved, load seconds, and errors by kind."""
-    return stats_mod.snapshot()
+    return counters.snapshot()
 
 
 def get_cache() -> CompilationCache | None:
@@ -88,13 +87,13 @@ def _open(settings: CacheConfig) -> Store | None:
     try:
         local = _open_local(settings)
     except Exception as exc:  # noqa: BLE001 - no cache is better than no training
-        stats_mod.record_error(error_kind(exc), exc)
+        counters.record_error(error_kind(exc), exc)
     if settings.remote is None:
         return local
     try:
         remote = open_store(settings.remote, readonly=settings.readonly, token=settings.token)
     except Exception as exc:  # noqa: BLE001
-        stats_mod.record_error("remote", exc)
+        counters.record_error("remote", exc)
         return local
     if local is None:
         return remote
@@ -111,12 +110,12 @@ def _open_local(settings: CacheConfig) -> LocalStore:
         return LocalStore(settings.path, **options)
     except PermissionError as exc:
         # A directory we may read but not write (e.g. a shared read-only mount).
-        stats_mod.record_error("permission", exc)
+        counters.record_error("permission", exc)
         return LocalStore(settings.path, readonly=True, **options)
     except OSError as exc:
         if exc.errno != errno.EROFS:
             raise
-        stats_mod.record_error("permission", exc)
+        counters.record_error("permission", exc)
         return LocalStore(settings.path, readonly=True, **options)
 
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from xlacache import entry, stats
+from xlacache import counters, entry
 from xlacache.errors import CacheError, CorruptEntryError, StoreUnavailableError
 from xlacache.stores.base import Store
 
@@ -65,19 +65,19 @@ class CompilationCache:
             try:
                 result = load(found.payload())
             except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
-                stats.record_error("corrupt" if isinstance(exc, CacheError) else "load", exc)
+                counters.record_error("corrupt" if isinstance(exc, CacheError) else "load", exc)
                 self.discard(key)
             else:
                 load_seconds = time.perf_counter() - start
-                stats.add("hits")
-                stats.add("load_seconds", load_seconds)
-                stats.add("compile_seconds_saved", found.header.compile_seconds - load_seconds)
+                counters.add("hits")
+                counters.add("load_seconds", load_seconds)
+                counters.add("compile_seconds_saved", found.header.compile_seconds - load_seconds)
                 return result
-        stats.add("misses")
+        counters.add("misses")
         start = time.perf_counter()
         result = compile()
         seconds = time.perf_counter() - start
-        stats.add("compile_seconds", seconds)
+        counters.add("compile_seconds", seconds)
         if not self.readonly and seconds >= self.min_compile_seconds:
             self.save(key, lambda: serialize(result), seconds, label, platform)
         return result
@@ -88,10 +88,10 @@ class CompilationCache:
             blob = self.store.get(key)
             if blob is None:
                 return None
-            stats.add("bytes_read", len(blob))
+            counters.add("bytes_read", len(blob))
             return entry.decode(blob, key, check_body=False)  # the store verified it
         except Exception as exc:  # noqa: BLE001 - every cache failure is a miss
-            stats.record_error(error_kind(exc), exc)
+            counters.record_error(error_kind(exc), exc)
             return None
 
     def save(
@@ -113,10 +113,10 @@ class CompilationCache:
             )
             self.store.put(key, blob)
         except Exception as exc:  # noqa: BLE001
-            stats.record_error(error_kind(exc), exc)
+            counters.record_error(error_kind(exc), exc)
             return
-        stats.add("writes")
-        stats.add("bytes_written", len(blob))
+        counters.add("writes")
+        counters.add("bytes_written", len(blob))
 
     def discard(self, key: str) -> None:
         """Drop an entry that failed to load, so the next write replaces it."""
@@ -125,10 +125,10 @@ class CompilationCache:
         try:
             self.store.delete(key)
         except Exception as exc:  # noqa: BLE001
-            stats.record_error(error_kind(exc), exc)
+            counters.record_error(error_kind(exc), exc)
 
     def close(self) -> None:
         try:
             self.store.close()
         except Exception as exc:  # noqa: BLE001
-            stats.record_error(error_kind(exc), exc)
+            counters.record_error(error_kind(exc), exc)

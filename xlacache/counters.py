@@ -50,8 +50,8 @@ def record_error(kind: str, exc: BaseException | str) -> None:
         _warned.add(kind)
     if first:
         warnings.warn(
-            f"xlacache: {kind} error, compiling without the cache where needed "
-            f"(further {kind} errors are counted, not shown): {exc}",
+            f"xlacache: {kind} error ({exc}); training goes on, compiling where the cache "
+            f"cannot serve. Further {kind} errors are counted in xlacache.stats(), not shown.",
             CacheWarning,
             stacklevel=3,
         )

@@ -15,7 +15,7 @@ import io
 import os
 import sys
 
-from xlacache import stats
+from xlacache import counters
 from xlacache.cache import CompilationCache
 from xlacache.key import KeyInputs, affects_codegen, cache_key, codegen_flags
 
@@ -62,7 +62,7 @@ def install(cache: CompilationCache) -> None:
     try:
         check_compatible()
     except Exception as exc:  # noqa: BLE001 - an incompatible JAX compiles uncached
-        stats.record_error("jax_integration", exc)
+        counters.record_error("jax_integration", exc)
         return
     _cache = cache
     compiler = _compiler()
@@ -118,7 +118,7 @@ def _compile_or_get_cached(
     try:
         key = cache_key(key_inputs(backend, computation, devices, compile_options))
     except Exception as exc:  # noqa: BLE001
-        stats.record_error("key", exc)
+        counters.record_error("key", exc)
         return compile_()
     return cache.get_or_compile(
         key,

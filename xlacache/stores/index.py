@@ -56,9 +56,15 @@ class Index:
             self.db.conn.close()
 
     def upsert(self, infos: Iterable[EntryInfo]) -> None:
-        rows = [info.to_dict() for info in infos]
+        """Insert or refresh rows; a rewritten entry keeps its hit count."""
+        rows = [tuple(info.to_dict()[c] for c in _COLUMNS) for info in infos]
+        refresh = ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("key", "hits"))
         with self._lock, self.db.conn:
-            self.db["entries"].upsert_all(rows, pk="key")
+            self.db.conn.executemany(
+                f"INSERT INTO entries ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+                f" ON CONFLICT(key) DO UPDATE SET {refresh}",
+                rows,
+            )
 
     def touch(self, key: str, now: float) -> bool:
         """Record a hit; False if the index has no row for the key."""

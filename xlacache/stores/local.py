@@ -26,7 +26,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from xlacache import entry, stats
+from xlacache import counters, entry
 from xlacache.errors import CorruptEntryError, NotACacheError, ReadOnlyError
 from xlacache.key import is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
@@ -71,11 +71,14 @@ class LocalStore(Store):
         self.tmp_dir = self.root / "tmp"
         self.index_path = self.root / "index.sqlite"
         self._age_checked = float("-inf")
+        self._index: Index | None = None
         if not (self.root / MARKER).is_file():
             if readonly or not create:
                 raise NotACacheError(f"{self.root} is not an xlacache cache directory")
             self._create()
-        self._index: Index | None = self._open_index()
+        if not readonly and not os.access(self.root, os.W_OK):
+            raise PermissionError(errno.EACCES, "cache directory is not writable", str(self.root))
+        self._index = self._open_index()
 
     # -- Store interface -------------------------------------------------------------
 
@@ -172,7 +175,7 @@ class LocalStore(Store):
                 excess -= info.size
         if doomed and not dry_run:
             self._remove(doomed)
-            stats.add("evictions", len(doomed))
+            counters.add("evictions", len(doomed))
         if not dry_run:
             self._remove_stale_temp_files(now)
         return list(doomed.values())
@@ -246,11 +249,11 @@ class LocalStore(Store):
         try:
             index = Index(self.index_path)
         except sqlite3.DatabaseError as exc:
-            stats.record_error("index", exc)
+            counters.record_error("index", exc)
             self.rebuild_index()
             return self._index
         except (sqlite3.Error, OSError) as exc:
-            stats.record_error("index", exc)
+            counters.record_error("index", exc)
             return None
         if fresh and any(self._entry_files()):
             index.upsert(self._scan())
@@ -263,13 +266,13 @@ class LocalStore(Store):
         try:
             return fn(self._index)
         except sqlite3.DatabaseError as exc:
-            stats.record_error("index", exc)
+            counters.record_error("index", exc)
             damaged = "malformed" in str(exc) or "not a database" in str(exc)
             if damaged and not self.readonly:
                 try:
                     self.rebuild_index()
                 except Exception as rebuild_exc:  # noqa: BLE001
-                    stats.record_error("index", rebuild_exc)
+                    counters.record_error("index", rebuild_exc)
                     self._index = None
             return None
 

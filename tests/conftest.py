@@ -1,0 +1,85 @@
+"""Shared fixtures: a clean xlacache state per test, entries, and child Python processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from xlacache import api, counters, entry
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def clean_xlacache_state():
+    """Each test starts with no initialized cache and zeroed figures."""
+    api._reset_for_tests()
+    counters.reset()
+    yield
+    api._reset_for_tests()
+    counters.reset()
+
+
+def make_key(n: int) -> str:
+    return f"{n:064x}"
+
+
+def make_blob(n: int = 1, payload: bytes | None = None, **header) -> tuple[str, bytes]:
+    """A valid encoded entry under make_key(n)."""
+    key = make_key(n)
+    payload = payload if payload is not None else os.urandom(64) * 100 + bytes([n % 256])
+    header.setdefault("compile_seconds", 1.5)
+    header.setdefault("label", f"jit_test_{n}")
+    return key, entry.encode(key, payload, **header)
+
+
+def run_python(
+    code: str,
+    *args: str,
+    env: dict | None = None,
+    timeout: float = 300,
+    prefix: list[str] | None = None,
+) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter (optionally under a command prefix such as unshare)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("XLACACHE_", "XLA_"))}
+    full_env.update(env or {})
+    cmd = [*(prefix or []), sys.executable, "-c", textwrap.dedent(code), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def run_json(code: str, *args: str, **kw) -> dict:
+    """Run `code`, which prints one JSON object on its last stdout line, and parse it."""
+    proc = run_python(code, *args, **kw)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# A small JAX training-style program used by the end-to-end tests. It prints a JSON
+# line with xlacache.stats(), the result, and the warnings the cache raised.
+JAX_PROGRAM = """
+import json, sys, warnings
+warnings.simplefilter("always")
+import jax, jax.numpy as jnp
+import xlacache
+
+def step(w, x):
+    def loss(w):
+        return jnp.mean(jnp.tanh(x @ w) ** 2)
+    l, g = jax.value_and_grad(loss)(w)
+    return w - 0.1 * g, l
+
+with warnings.catch_warnings(record=True) as caught:
+    xlacache.initialize_cache(sys.argv[1], **json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}"))
+    w = jnp.full((32, 32), 0.01, jnp.float32)
+    x = jnp.ones((8, 32), jnp.float32)
+    w, l = jax.jit(step)(w, x)
+    result = float(l)
+cache_warnings = [str(w.message) for w in caught if "xlacache" in str(w.message)]
+print(json.dumps({"stats": xlacache.stats(), "loss": result, "warnings": cache_warnings}))
+"""
