@@ -1,5 +1,6 @@
 """The local store: atomic writes, verified reads, eviction, a derived index, many processes."""
 
+import errno
 import json
 import os
 import signal
@@ -305,4 +306,5 @@ def test_readonly_on_a_read_only_mount(tmp_path):
     proc = run_python(READONLY_MOUNT_READER, str(dst), key, prefix=readonly_mount_prefix(src, dst))
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.splitlines()[-1])
-    assert out == {"hit": True, "listed": [key], "write": 30}  # EROFS
+    assert out["hit"] and out["listed"] == [key]
+    assert out["write"] in (errno.EACCES, errno.EROFS)  # refused, whatever root may do

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import sqlite_utils
+from filelock import FileLock
 
 from xlacache.stores.base import EntryInfo, StoreSummary
 
@@ -43,11 +44,14 @@ class Index:
             conn.execute("PRAGMA busy_timeout = 60000")
         self.db = sqlite_utils.Database(conn)
         if not readonly:
-            if self.db.journal_mode != "wal":
-                self.db.enable_wal()
             self.db.execute("PRAGMA synchronous = NORMAL")
-            self.db["entries"].create(_COLUMNS, pk="key", if_not_exists=True)
-            self.db["entries"].create_index(["last_used"], if_not_exists=True)
+            # Switching to WAL and creating the schema race between processes opening a
+            # new index at once (SQLite answers "locked" without waiting): serialize them.
+            with FileLock(f"{path}.lock", timeout=120):
+                if self.db.journal_mode != "wal":
+                    self.db.enable_wal()
+                self.db["entries"].create(_COLUMNS, pk="key", if_not_exists=True)
+                self.db["entries"].create_index(["last_used"], if_not_exists=True)
         # Fails with sqlite3.DatabaseError on a corrupt file: the store rebuilds then.
         self.db.execute("SELECT count(*) FROM entries").fetchone()
 
@@ -58,13 +62,14 @@ class Index:
     def upsert(self, infos: Iterable[EntryInfo]) -> None:
         """Insert or refresh rows; a rewritten entry keeps its hit count."""
         rows = [tuple(info.to_dict()[c] for c in _COLUMNS) for info in infos]
+        columns, marks = ", ".join(_COLUMNS), ", ".join("?" * len(_COLUMNS))
         refresh = ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c not in ("key", "hits"))
+        sql = (
+            f"INSERT INTO entries ({columns}) VALUES ({marks})"
+            f" ON CONFLICT(key) DO UPDATE SET {refresh}"
+        )
         with self._lock, self.db.conn:
-            self.db.conn.executemany(
-                f"INSERT INTO entries ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
-                f" ON CONFLICT(key) DO UPDATE SET {refresh}",
-                rows,
-            )
+            self.db.conn.executemany(sql, rows)
 
     def touch(self, key: str, now: float) -> bool:
         """Record a hit; False if the index has no row for the key."""
@@ -107,6 +112,11 @@ class Index:
                 "coalesce(sum(hits), 0), coalesce(sum(compile_seconds), 0) FROM entries"
             ).fetchone()
         return StoreSummary(*row)
+
+
+def is_damaged(exc: sqlite3.Error) -> bool:
+    """Whether an SQLite error means a damaged file (rebuild) rather than a busy or I/O one."""
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
 
 
 def move_aside(path: Path) -> None:

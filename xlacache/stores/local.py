@@ -30,7 +30,7 @@ from xlacache import counters, entry
 from xlacache.errors import CorruptEntryError, NotACacheError, ReadOnlyError
 from xlacache.key import is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
-from xlacache.stores.index import Index, move_aside
+from xlacache.stores.index import Index, is_damaged, move_aside
 
 MARKER = "XLACACHE"
 ENTRY_SUFFIX = ".xlac"
@@ -185,17 +185,23 @@ class LocalStore(Store):
             raise ReadOnlyError(f"{self.root} is open read-only")
         report = VerifyReport()
         found: list[EntryInfo] = []
+        bad: list[Path] = []
         for path in self._entry_files():
             report.checked += 1
             key = path.name.removesuffix(ENTRY_SUFFIX)
             try:
+                if not is_valid_key(key) or path != self.entry_path(key):
+                    raise CorruptEntryError(f"stray file {path}")
                 blob = path.read_bytes()
                 found.append(info_from_header(entry.decode(blob, key).header, len(blob)))
             except (CorruptEntryError, OSError):
                 report.corrupt.append(key)
+                bad.append(path)
         report.stale_temp_files = len(self._stale_temp_files(time.time()))
         if repair:
-            self._remove(report.corrupt)
+            for path in bad:
+                path.unlink(missing_ok=True)
+            self._index_call(lambda ix: ix.remove(report.corrupt))
             self._remove_stale_temp_files(time.time())
             self._resync_index(found)
             report.repaired = True
@@ -265,10 +271,9 @@ class LocalStore(Store):
             return None
         try:
             return fn(self._index)
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             counters.record_error("index", exc)
-            damaged = "malformed" in str(exc) or "not a database" in str(exc)
-            if damaged and not self.readonly:
+            if is_damaged(exc) and not self.readonly:
                 try:
                     self.rebuild_index()
                 except Exception as rebuild_exc:  # noqa: BLE001
