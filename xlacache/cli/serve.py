@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Annotated
 
 import typer
 
@@ -11,47 +11,74 @@ from xlacache.errors import CacheError
 
 
 def serve_command(
-    store: Optional[Path] = typer.Option(None, "--store", help="Cache directory to serve."),
-    listen: Optional[str] = typer.Option(
-        None, "--listen", help="HOST:PORT for gRPC (default 127.0.0.1:7070)."
-    ),
-    max_size: Optional[str] = typer.Option(
-        None, "--max-size", help="Evict least recently used entries beyond this (e.g. 50GB)."
-    ),
-    max_entry_size: Optional[str] = typer.Option(
-        None, "--max-entry-size", help="Largest entry accepted (default 2GiB)."
-    ),
-    metrics_listen: Optional[str] = typer.Option(
-        None, "--metrics-listen", help="HOST:PORT for /metrics and the status page."
-    ),
-    tls_cert: Optional[Path] = typer.Option(None, "--tls-cert", help="Server certificate (PEM)."),
-    tls_key: Optional[Path] = typer.Option(None, "--tls-key", help="Server private key (PEM)."),
-    tls_client_ca: Optional[Path] = typer.Option(
-        None, "--tls-client-ca", help="Require client certificates signed by this CA (mTLS)."
-    ),
-    tokens: Optional[Path] = typer.Option(
-        None, "--tokens", help="Token file: lines of 'ROLE TOKEN [NAME]' (read|write|admin)."
-    ),
-    allow_open: Optional[bool] = typer.Option(
-        None, "--allow-open", help="Serve without tokens on a non-loopback address."
-    ),
-    workers: Optional[int] = typer.Option(None, "--workers", help="RPC threads (default 48)."),
-    max_streams: Optional[int] = typer.Option(
-        None, "--max-streams", help="Concurrent RPCs before RESOURCE_EXHAUSTED (default 256)."
-    ),
-    upload_memory: Optional[str] = typer.Option(
-        None, "--upload-memory", help="Bytes of uploads buffered at once (default 4GiB)."
-    ),
-    request_timeout: Optional[str] = typer.Option(
-        None, "--request-timeout", help="Longest one RPC may run (default 10m)."
-    ),
-    shutdown_grace: Optional[str] = typer.Option(
-        None, "--shutdown-grace", help="Time in-flight RPCs get on SIGTERM (default 30s)."
-    ),
-    log_level: Optional[str] = typer.Option(None, "--log-level", help="DEBUG, INFO, WARNING."),
-    config: Optional[Path] = typer.Option(
-        None, "--config", help="Settings file (TOML, JSON or YAML); env XLACACHE_SERVE_CONFIG."
-    ),
+    store: Annotated[Path | None, typer.Option("--store", help="Cache directory to serve.")] = None,
+    listen: Annotated[
+        str | None, typer.Option("--listen", help="HOST:PORT for gRPC (default 127.0.0.1:7070).")
+    ] = None,
+    max_size: Annotated[
+        str | None,
+        typer.Option(
+            "--max-size", help="Evict least recently used entries beyond this (e.g. 50GB)."
+        ),
+    ] = None,
+    max_entry_size: Annotated[
+        str | None, typer.Option("--max-entry-size", help="Largest entry accepted (default 2GiB).")
+    ] = None,
+    metrics_listen: Annotated[
+        str | None,
+        typer.Option("--metrics-listen", help="HOST:PORT for /metrics and the status page."),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="Server certificate (PEM).")
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option("--tls-key", help="Server private key (PEM).")
+    ] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-client-ca", help="Require client certificates signed by this CA (mTLS)."
+        ),
+    ] = None,
+    tokens: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens", help="Token file: lines of 'ROLE TOKEN [NAME]' (read|write|admin)."
+        ),
+    ] = None,
+    allow_open: Annotated[
+        bool | None,
+        typer.Option("--allow-open", help="Serve without tokens on a non-loopback address."),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="RPC threads (default 48).")
+    ] = None,
+    max_streams: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams", help="Concurrent RPCs before RESOURCE_EXHAUSTED (default 256)."
+        ),
+    ] = None,
+    upload_memory: Annotated[
+        str | None,
+        typer.Option("--upload-memory", help="Bytes of uploads buffered at once (default 4GiB)."),
+    ] = None,
+    request_timeout: Annotated[
+        str | None, typer.Option("--request-timeout", help="Longest one RPC may run (default 10m).")
+    ] = None,
+    shutdown_grace: Annotated[
+        str | None,
+        typer.Option("--shutdown-grace", help="Time in-flight RPCs get on SIGTERM (default 30s)."),
+    ] = None,
+    log_level: Annotated[
+        str | None, typer.Option("--log-level", help="DEBUG, INFO, WARNING.")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", help="Settings file (TOML, JSON or YAML); env XLACACHE_SERVE_CONFIG."
+        ),
+    ] = None,
 ) -> None:
     """Serve a cache directory to remote workers over gRPC.
 

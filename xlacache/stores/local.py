@@ -94,7 +94,7 @@ class LocalStore(Store):
             if not self.readonly:
                 self._remove([key])
             raise
-        self._record_hit(key, header, len(blob))
+        self.record_hit(key, header, len(blob))
         return blob
 
     def put(self, key: str, blob: bytes) -> None:
@@ -291,7 +291,7 @@ class LocalStore(Store):
             self._age_checked = time.monotonic()
             self.prune(PrunePolicy(max_size=self.max_size, older_than=self.max_age))
 
-    def _record_hit(self, key: str, header: entry.Header, size: int) -> None:
+    def record_hit(self, key: str, header: entry.Header, size: int) -> None:
         if self.readonly:
             return
         now = time.time()

@@ -1,0 +1,104 @@
+"""Helpers for the server tests: run `xlacache serve` as a real subprocess, make entries."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from xlacache import entry
+
+READ_TOKEN = "read-token-0123456789abcdef"
+WRITE_TOKEN = "write-token-0123456789abcdef"
+ADMIN_TOKEN = "admin-token-0123456789abcdef"
+STARTUP_SECONDS = 30.0
+_LISTEN = re.compile(r"listening on (\S+):(\d+)")
+_HTTP = re.compile(r"metrics on http://(\S+):(\d+)/")
+
+
+def make_key(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+def make_entry(name: str, size: int = 4096) -> tuple[str, bytes]:
+    """A valid encoded entry of about `size` payload bytes (incompressible)."""
+    key = make_key(name)
+    payload = hashlib.sha256(name.encode()).digest() * (size // 32 + 1)
+    payload = bytes(a ^ b for a, b in zip(payload[:size], os.urandom(size), strict=True))
+    return key, entry.encode(key, payload, compile_seconds=0.5, label=name)
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen
+    store: Path
+    log: Path
+    port: int = 0
+    http_port: int | None = None
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"grpc://127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def send(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        self.send(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def start_server(
+    tmp_path: Path, *extra: str, store: Path | None = None, listen: str = "127.0.0.1:0"
+) -> ServerProcess:
+    """Run the daemon with --listen 127.0.0.1:0 and wait until it says where it listens."""
+    store = store or tmp_path / "server-store"
+    log = tmp_path / f"server-{time.monotonic_ns()}.log"
+    args = [
+        sys.executable, "-m", "xlacache.server",
+        "--store", str(store), "--listen", listen, *extra,
+    ]  # fmt: skip
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    server = ServerProcess(proc, store, log, args=args)
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while time.monotonic() < deadline:
+        text = server.log_text()
+        match = _LISTEN.search(text)
+        if match and ("--metrics-listen" not in extra or _HTTP.search(text)):
+            server.port = int(match.group(2))
+            http = _HTTP.search(text)
+            server.http_port = int(http.group(2)) if http else None
+            return server
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}:\n{text}")
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"server did not start:\n{server.log_text()}")
+
+
+def write_tokens(path: Path) -> Path:
+    path.write_text(
+        f"# role token name\nread {READ_TOKEN} worker\nwrite {WRITE_TOKEN} trainer\n"
+        f"admin sha256:{hashlib.sha256(ADMIN_TOKEN.encode()).hexdigest()} ops\n"
+    )
+    return path

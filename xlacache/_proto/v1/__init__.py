@@ -1,0 +1,1 @@
+"""Generated from proto/ by `python -m xlacache.server.protogen`; do not edit."""

@@ -1,0 +1,212 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EntryInfo(_message.Message):
+    __slots__ = ("key", "size", "payload_size", "created", "last_used", "hits", "compile_seconds", "label")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    LAST_USED_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    size: int
+    payload_size: int
+    created: float
+    last_used: float
+    hits: int
+    compile_seconds: float
+    label: str
+    def __init__(self, key: _Optional[str] = ..., size: _Optional[int] = ..., payload_size: _Optional[int] = ..., created: _Optional[float] = ..., last_used: _Optional[float] = ..., hits: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., label: _Optional[str] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("found", "size", "data")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    size: int
+    data: bytes
+    def __init__(self, found: _Optional[bool] = ..., size: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class PutRequest(_message.Message):
+    __slots__ = ("key", "size", "payload_sha256", "data")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_SHA256_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    size: int
+    payload_sha256: str
+    data: bytes
+    def __init__(self, key: _Optional[str] = ..., size: _Optional[int] = ..., payload_sha256: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class PutResponse(_message.Message):
+    __slots__ = ("stored", "already_present")
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_PRESENT_FIELD_NUMBER: _ClassVar[int]
+    stored: bool
+    already_present: bool
+    def __init__(self, stored: _Optional[bool] = ..., already_present: _Optional[bool] = ...) -> None: ...
+
+class ContainsRequest(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ContainsResponse(_message.Message):
+    __slots__ = ("present",)
+    PRESENT_FIELD_NUMBER: _ClassVar[int]
+    present: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, present: _Optional[_Iterable[bool]] = ...) -> None: ...
+
+class StatRequest(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class StatResult(_message.Message):
+    __slots__ = ("found", "info")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    info: EntryInfo
+    def __init__(self, found: _Optional[bool] = ..., info: _Optional[_Union[EntryInfo, _Mapping]] = ...) -> None: ...
+
+class StatResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[StatResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[StatResult, _Mapping]]] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("page_size", "page_token")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("entries", "next_page_token")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[EntryInfo]
+    next_page_token: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[EntryInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class StatsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StoreSummary(_message.Message):
+    __slots__ = ("entries", "bytes", "payload_bytes", "hits", "compile_seconds")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    entries: int
+    bytes: int
+    payload_bytes: int
+    hits: int
+    compile_seconds: float
+    def __init__(self, entries: _Optional[int] = ..., bytes: _Optional[int] = ..., payload_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., compile_seconds: _Optional[float] = ...) -> None: ...
+
+class StatsResponse(_message.Message):
+    __slots__ = ("summary", "max_size", "max_entry_size", "version", "uptime_seconds", "counters")
+    class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    MAX_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ENTRY_SIZE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    summary: StoreSummary
+    max_size: int
+    max_entry_size: int
+    version: str
+    uptime_seconds: float
+    counters: _containers.ScalarMap[str, float]
+    def __init__(self, summary: _Optional[_Union[StoreSummary, _Mapping]] = ..., max_size: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., counters: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
+class PruneRequest(_message.Message):
+    __slots__ = ("max_size", "older_than_seconds", "unused_for_seconds", "dry_run")
+    MAX_SIZE_FIELD_NUMBER: _ClassVar[int]
+    OLDER_THAN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    UNUSED_FOR_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    max_size: int
+    older_than_seconds: float
+    unused_for_seconds: float
+    dry_run: bool
+    def __init__(self, max_size: _Optional[int] = ..., older_than_seconds: _Optional[float] = ..., unused_for_seconds: _Optional[float] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class PruneResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: _containers.RepeatedCompositeFieldContainer[EntryInfo]
+    def __init__(self, removed: _Optional[_Iterable[_Union[EntryInfo, _Mapping]]] = ...) -> None: ...
+
+class VerifyRequest(_message.Message):
+    __slots__ = ("repair",)
+    REPAIR_FIELD_NUMBER: _ClassVar[int]
+    repair: bool
+    def __init__(self, repair: _Optional[bool] = ...) -> None: ...
+
+class VerifyResponse(_message.Message):
+    __slots__ = ("checked", "corrupt", "repaired", "stale_temp_files")
+    CHECKED_FIELD_NUMBER: _ClassVar[int]
+    CORRUPT_FIELD_NUMBER: _ClassVar[int]
+    REPAIRED_FIELD_NUMBER: _ClassVar[int]
+    STALE_TEMP_FILES_FIELD_NUMBER: _ClassVar[int]
+    checked: int
+    corrupt: _containers.RepeatedScalarFieldContainer[str]
+    repaired: bool
+    stale_temp_files: int
+    def __init__(self, checked: _Optional[int] = ..., corrupt: _Optional[_Iterable[str]] = ..., repaired: _Optional[bool] = ..., stale_temp_files: _Optional[int] = ...) -> None: ...
+
+class ReportCorruptRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class ReportCorruptResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: bool
+    def __init__(self, removed: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,197 @@
+"""Assemble and run the daemon: gRPC service, health, reflection, metrics, shutdown."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from xlacache._version import __version__
+from xlacache.server.auth import TokenTable
+from xlacache.server.config import ServerConfig, is_loopback, split_host_port
+from xlacache.server.limits import Watchdog
+from xlacache.server.metrics import ServerMetrics
+from xlacache.server.service import SERVICE_NAME, CacheService, method_handlers
+from xlacache.server.status_page import StatusServer
+from xlacache.stores.local import LocalStore
+from xlacache.units import format_size
+
+log = logging.getLogger("xlacache.server")
+
+# One chunk plus framing must fit; nothing bigger is ever sent on purpose.
+MESSAGE_SLACK = 64 * 1024
+
+
+class CacheServer:
+    """One running `xlacache serve`. start(), then stop(grace) or serve_forever()."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.tokens = TokenTable.load(config.tokens)
+        self.store = LocalStore(config.store, max_size=config.max_size)
+        self.metrics = ServerMetrics(self.store.summary, config.max_size)
+        self.watchdog = Watchdog()
+        self.service = CacheService(self.store, config, self.tokens, self.metrics, self.watchdog)
+        self.health = health.HealthServicer(experimental_non_blocking=True)
+        self.state = "starting"
+        max_message = config.chunk_size + MESSAGE_SLACK
+        self.grpc_server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
+            maximum_concurrent_rpcs=config.max_streams,
+            options=[
+                ("grpc.max_receive_message_length", max_message),
+                ("grpc.max_send_message_length", max_message),
+                ("grpc.so_reuseport", 0),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ],
+        )
+        self.grpc_server.add_generic_rpc_handlers((method_handlers(self.service),))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc_server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc_server
+        )
+        self.port = self._bind()
+        self.http: StatusServer | None = None
+        if config.metrics_listen:
+            host, port = split_host_port(config.metrics_listen)
+            self.http = StatusServer(host, port, self.metrics.registry, self.status)
+        self._stopped = threading.Event()
+
+    @property
+    def address(self) -> str:
+        host, _ = split_host_port(self.config.listen)
+        return f"{host if ':' not in host else f'[{host}]'}:{self.port}"
+
+    def _bind(self) -> int:
+        address = self.config.listen
+        if self.config.tls_cert:
+            key = Path(self.config.tls_key).read_bytes()
+            cert = Path(self.config.tls_cert).read_bytes()
+            client_ca = (
+                Path(self.config.tls_client_ca).read_bytes() if self.config.tls_client_ca else None
+            )
+            creds = grpc.ssl_server_credentials(
+                [(key, cert)],
+                root_certificates=client_ca,
+                require_client_auth=client_ca is not None,
+            )
+            port = self.grpc_server.add_secure_port(address, creds)
+        else:
+            port = self.grpc_server.add_insecure_port(address)
+        if port == 0:
+            raise OSError(f"cannot listen on {address} (in use, or not an address of this host)")
+        return port
+
+    def auth_mode(self) -> str:
+        if self.tokens.open:
+            return "OPEN (no tokens: every caller may read, write and delete)"
+        return f"bearer tokens ({len(self.tokens)} configured)"
+
+    def tls_mode(self) -> str:
+        if not self.config.tls_cert:
+            return "off"
+        return "mutual TLS" if self.config.tls_client_ca else "on"
+
+    def status(self) -> dict:
+        summary = self.metrics.store.summary()
+        hits = self.metrics.hits._value.get()
+        misses = self.metrics.misses._value.get()
+        requests = {
+            k.removeprefix("requests."): v
+            for k, v in self.metrics.plain().items()
+            if k.startswith("requests.")
+        }
+        return {
+            "version": __version__,
+            "state": self.state,
+            "listen": self.address,
+            "auth": self.auth_mode(),
+            "tls": self.tls_mode(),
+            "store": {
+                "path": str(self.store.root),
+                "max_size": format_size(self.config.max_size)
+                if self.config.max_size
+                else "no limit",
+                **summary.to_dict(),
+            },
+            "hits": int(hits),
+            "misses": int(misses),
+            "hit_rate": f"{hits / (hits + misses):.1%}" if hits + misses else "n/a",
+            "bytes_sent": self.metrics.bytes_out._value.get(),
+            "bytes_received": self.metrics.bytes_in._value.get(),
+            "active_rpcs": self.metrics.active._value.get(),
+            "uptime_seconds": self.metrics.uptime(),
+            "requests": requests,
+        }
+
+    def start(self) -> None:
+        self.grpc_server.start()
+        if self.http:
+            self.http.start()
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self.state = "serving"
+        log.info(
+            "xlacache serve %s: listening on %s (TLS %s), store %s, auth %s",
+            __version__, self.address, self.tls_mode(), self.store.root, self.auth_mode(),
+        )  # fmt: skip
+        if self.tokens.open:
+            log.warning(
+                "serving WITHOUT authentication%s",
+                "" if is_loopback(self.config.listen) else " on a non-loopback address",
+            )
+        if self.http:
+            host, _ = split_host_port(self.config.metrics_listen)
+            log.info("status page and metrics on http://%s:%d/", host, self.http.port)
+
+    def stop(self, grace: float | None = None) -> None:
+        """Refuse new RPCs, let running ones finish for `grace` seconds, then close."""
+        if self._stopped.is_set():
+            return
+        grace = self.config.shutdown_grace if grace is None else grace
+        self.state = "draining"
+        self.health.enter_graceful_shutdown()
+        log.info("shutting down: finishing in-flight requests (up to %.0f s)", grace)
+        self.grpc_server.stop(grace).wait()
+        self.watchdog.stop()
+        if self.http:
+            self.http.stop()
+        self.store.close()
+        self.state = "stopped"
+        self._stopped.set()
+        log.info("stopped")
+
+    def serve_forever(self) -> None:
+        """Run until SIGTERM or SIGINT, then shut down gracefully."""
+        stop = threading.Event()
+
+        def on_signal(signum, _frame):
+            log.info("received %s", signal.Signals(signum).name)
+            stop.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_signal)
+        self.start()
+        while not stop.wait(1.0):
+            pass
+        self.stop()
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def serve(config: ServerConfig) -> None:
+    """Run the daemon in this process until SIGTERM."""
+    configure_logging(config.log_level)
+    CacheServer(config).serve_forever()

@@ -1,0 +1,137 @@
+"""Bearer tokens and the roles they grant.
+
+Token file: one token a line, `ROLE TOKEN [NAME]`, `#` starts a comment::
+
+    read   3f1c...   ci-workers
+    write  9ab2...   trainer
+    admin  77de...   ops
+    read   sha256:5e88...   hashed   # the token's SHA-256 instead of the token itself
+
+Roles nest: write can do what read can, admin what write can. With no token file the
+server is open: every caller is admin (only allowed on loopback unless --allow-open).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from xlacache.errors import ConfigError
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class Role(enum.IntEnum):
+    READ = 1
+    WRITE = 2
+    ADMIN = 3
+
+    @classmethod
+    def parse(cls, text: str) -> Role:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ConfigError(f"unknown role {text!r} (expected read, write or admin)") from None
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    role: Role
+
+
+OPEN = Principal("anonymous (open server)", Role.ADMIN)
+
+
+class AuthError(Exception):
+    """Raised by TokenTable.authenticate; `unauthenticated` tells the gRPC status."""
+
+    def __init__(self, message: str, unauthenticated: bool = True) -> None:
+        super().__init__(message)
+        self.unauthenticated = unauthenticated
+
+
+class TokenTable:
+    """Token digests -> principals. Tokens are compared by SHA-256, never stored raw."""
+
+    def __init__(self, principals: dict[str, Principal] | None = None) -> None:
+        self._by_digest = dict(principals or {})
+
+    @property
+    def open(self) -> bool:
+        return not self._by_digest
+
+    def __len__(self) -> int:
+        return len(self._by_digest)
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> TokenTable:
+        if not path:
+            return cls()
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read token file {path}: {exc.strerror}") from exc
+        return cls.parse(text, source=str(path))
+
+    @classmethod
+    def parse(cls, text: str, source: str = "token file") -> TokenTable:
+        table: dict[str, Principal] = {}
+        for number, raw in enumerate(text.splitlines(), 1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            parts = line.split(None, 2)
+            if len(parts) < 2:
+                raise ConfigError(f"{source}:{number}: expected ROLE TOKEN [NAME]")
+            role = Role.parse(parts[0])
+            token = parts[1]
+            if token.startswith("sha256:"):
+                digest = token.removeprefix("sha256:").lower()
+                if not _HEX64.match(digest):
+                    raise ConfigError(f"{source}:{number}: sha256: needs 64 hex digits")
+            else:
+                if len(token) < 16:
+                    raise ConfigError(f"{source}:{number}: tokens need at least 16 characters")
+                digest = token_digest(token)
+            name = parts[2].strip() if len(parts) > 2 else f"{role.name.lower()}-token-{number}"
+            table[digest] = Principal(name, role)
+        if not table:
+            raise ConfigError(f"{source} holds no tokens (leave --tokens out to serve open)")
+        return cls(table)
+
+    def authenticate(self, metadata) -> Principal:
+        """The principal named by the `authorization: Bearer ...` metadata entry."""
+        if self.open:
+            return OPEN
+        header = None
+        for key, value in metadata or ():
+            if key == "authorization":
+                header = value
+                break
+        if not header:
+            raise AuthError("missing bearer token (authorization metadata)")
+        scheme, _, token = str(header).partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthError("authorization metadata must be 'Bearer <token>'")
+        principal = self._by_digest.get(token_digest(token.strip()))
+        if principal is None:
+            raise AuthError("unknown token")
+        return principal
+
+    def authorize(self, metadata, needed: Role) -> Principal:
+        principal = self.authenticate(metadata)
+        if principal.role < needed:
+            raise AuthError(
+                f"token {principal.name!r} has role {principal.role.name.lower()}, "
+                f"this call needs {needed.name.lower()}",
+                unauthenticated=False,
+            )
+        return principal
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()

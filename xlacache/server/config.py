@@ -1,0 +1,198 @@
+"""Settings of `xlacache serve`: defaults < config file < environment < command line.
+
+Every setting has one name used everywhere: `max_size` is `--max-size` on the command
+line, `max_size` in a config file (TOML, JSON, or YAML when PyYAML is installed) and
+`XLACACHE_SERVE_MAX_SIZE` in the environment. `XLACACHE_SERVE_CONFIG` names a config
+file when `--config` is not given.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from xlacache.errors import ConfigError
+from xlacache.units import parse_duration, parse_size
+
+ENV_PREFIX = "XLACACHE_SERVE_"
+DEFAULT_PORT = 7070
+DEFAULT_METRICS_PORT = 9090
+LOOPBACK_NAMES = {"localhost"}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    store: str = ""
+    listen: str = f"127.0.0.1:{DEFAULT_PORT}"
+    max_size: int | None = None  # bytes; least recently used entries are evicted beyond it
+    max_entry_size: int = 2 * 1024**3
+    metrics_listen: str | None = None  # host:port of the /metrics + status page listener
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None  # set: clients must present a certificate it signed
+    tokens: str | None = None  # token file; none: the server is open
+    allow_open: bool = False  # serve without tokens on a non-loopback address
+    workers: int = 48  # RPC threads (each running stream holds one)
+    max_streams: int = 256  # concurrent RPCs (running + queued) before RESOURCE_EXHAUSTED
+    upload_memory: int = 4 * 1024**3  # bytes of uploads buffered at once; more wait
+    request_timeout: float = 600.0  # seconds one RPC may run on the server
+    shutdown_grace: float = 30.0  # seconds in-flight RPCs get after SIGTERM
+    chunk_size: int = 1024 * 1024
+    log_level: str = "INFO"
+
+    def validate(self) -> ServerConfig:
+        if not self.store:
+            raise ConfigError("no store directory: pass --store DIR")
+        split_host_port(self.listen)
+        if self.metrics_listen:
+            split_host_port(self.metrics_listen)
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("--tls-cert and --tls-key go together")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ConfigError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
+        for name in ("tls_cert", "tls_key", "tls_client_ca", "tokens"):
+            value = getattr(self, name)
+            if value and not Path(value).is_file():
+                raise ConfigError(f"{name.replace('_', '-')} file not found: {value}")
+        if not self.tokens and not self.allow_open and not is_loopback(self.listen):
+            raise ConfigError(
+                f"refusing to serve without tokens on {self.listen}, beyond loopback: "
+                "pass --tokens FILE, or --allow-open to serve an open cache on purpose"
+            )
+        if self.max_entry_size <= 0 or self.chunk_size <= 0 or self.workers <= 0:
+            raise ConfigError("sizes and counts must be positive")
+        if self.upload_memory < self.max_entry_size:
+            raise ConfigError("upload_memory must be at least max_entry_size")
+        if self.max_streams < self.workers:
+            raise ConfigError("max_streams must be at least workers")
+        return self
+
+
+_CONVERTERS: dict[str, Any] = {
+    "max_size": parse_size,
+    "max_entry_size": parse_size,
+    "upload_memory": parse_size,
+    "chunk_size": parse_size,
+    "request_timeout": parse_duration,
+    "shutdown_grace": parse_duration,
+    "workers": int,
+    "max_streams": int,
+}
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"not a boolean: {value!r}")
+
+
+def _convert(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        if name == "allow_open":
+            return _to_bool(value)
+        if name in _CONVERTERS:
+            return _CONVERTERS[name](value)
+    except ConfigError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid {name}: {value!r}") from exc
+    return str(value)
+
+
+def _known(source: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(ServerConfig)}
+    out = {}
+    for raw_name, value in values.items():
+        name = raw_name.replace("-", "_")
+        if name not in names:
+            raise ConfigError(f"unknown setting {raw_name!r} in {source}")
+        out[name] = _convert(name, value)
+    return out
+
+
+def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
+    """Settings from a TOML, JSON or YAML file (an optional top-level `serve` table)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        else:
+            import tomllib
+
+            data = tomllib.loads(text)
+    except ImportError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - each parser has its own error types
+        raise ConfigError(f"config file {path} is not valid: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a table of settings")
+    data = data.get("serve", data)
+    return _known(str(path), data)
+
+
+def env_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    names = {f.name for f in fields(ServerConfig)}
+    found = {
+        k[len(ENV_PREFIX) :].lower(): v
+        for k, v in env.items()
+        if k.startswith(ENV_PREFIX) and k != ENV_PREFIX + "CONFIG"
+    }
+    return _known("the environment", {k: v for k, v in found.items() if k in names})
+
+
+def load_config(
+    cli: Mapping[str, Any] | None = None,
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> ServerConfig:
+    """Merge the layers (command-line values of None mean "not given") and validate."""
+    env = os.environ if env is None else env
+    config_file = config_file or env.get(ENV_PREFIX + "CONFIG")
+    merged: dict[str, Any] = {}
+    if config_file:
+        merged.update(read_config_file(config_file))
+    merged.update(env_settings(env))
+    merged.update(
+        _known("the command line", {k: v for k, v in (cli or {}).items() if v is not None})
+    )
+    return replace(ServerConfig(), **merged).validate()
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """('127.0.0.1', 7070) from '127.0.0.1:7070'; '[::1]:7070' for IPv6."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"invalid address {address!r} (expected HOST:PORT)")
+    if not 0 <= int(port) <= 65535:
+        raise ConfigError(f"invalid port in {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback(address: str) -> bool:
+    host, _ = split_host_port(address)
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

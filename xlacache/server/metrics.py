@@ -1,0 +1,102 @@
+"""Prometheus metrics of the daemon (its own registry, so tests can run several)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter as PyCounter
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from xlacache import counters
+from xlacache.stores.base import StoreSummary
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class _StoreCollector:
+    """Store size and evictions, read when scraped (cached for a second)."""
+
+    def __init__(self, summary: Callable[[], StoreSummary], max_size: int | None) -> None:
+        self._summary = summary
+        self._max_size = max_size
+        self._cached: tuple[float, StoreSummary] | None = None
+        self._lock = threading.Lock()
+
+    def summary(self) -> StoreSummary:
+        with self._lock:
+            if self._cached is None or time.monotonic() - self._cached[0] > 1.0:
+                self._cached = (time.monotonic(), self._summary())
+            return self._cached[1]
+
+    def collect(self):
+        try:
+            s = self.summary()
+        except Exception:  # noqa: BLE001 - a scrape must not fail because the index is busy
+            s = StoreSummary()
+        yield GaugeMetricFamily("xlacache_store_entries", "Entries in the store", value=s.entries)
+        yield GaugeMetricFamily(
+            "xlacache_store_bytes", "Bytes the store's entries take", value=s.bytes
+        )
+        yield GaugeMetricFamily(
+            "xlacache_store_max_bytes",
+            "Size limit of the store (0: none)",
+            value=self._max_size or 0,
+        )
+        yield CounterMetricFamily(
+            "xlacache_evictions", "Entries evicted by size or age limits",
+            value=counters.snapshot().get("evictions", 0),
+        )  # fmt: skip
+
+
+class ServerMetrics:
+    """Every figure the daemon exports, plus plain counters for the Stats RPC."""
+
+    def __init__(self, summary: Callable[[], StoreSummary], max_size: int | None) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "xlacache_requests", "RPCs by method and status code", ["method", "code"], registry=r
+        )
+        self.latency = Histogram(
+            "xlacache_request_seconds", "RPC latency by method", ["method"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.hits = Counter("xlacache_hits", "Get requests that found the entry", registry=r)
+        self.misses = Counter("xlacache_misses", "Get requests that found nothing", registry=r)
+        self.bytes_out = Counter("xlacache_bytes_sent", "Entry bytes sent by Get", registry=r)
+        self.bytes_in = Counter("xlacache_bytes_received", "Entry bytes stored by Put", registry=r)
+        self.rejected = Counter(
+            "xlacache_rejected", "Requests refused before doing work", ["reason"], registry=r
+        )
+        self.corrupt = Counter(
+            "xlacache_corrupt_entries", "Entries found corrupt and removed", registry=r
+        )
+        self.active = Gauge("xlacache_active_rpcs", "RPCs running now", registry=r)
+        self.upload_memory = Gauge(
+            "xlacache_upload_buffer_bytes", "Bytes held by uploads in progress", registry=r
+        )
+        self.store = _StoreCollector(summary, max_size)
+        r.register(self.store)
+        self.started = time.time()
+        self._plain: PyCounter[str] = PyCounter()
+        self._lock = threading.Lock()
+
+    def uptime(self) -> float:
+        return time.time() - self.started
+
+    def count(self, method: str, code: str, seconds: float) -> None:
+        self.requests.labels(method, code).inc()
+        self.latency.labels(method).observe(seconds)
+        with self._lock:
+            self._plain[f"requests.{method}.{code}"] += 1
+
+    def add(self, name: str, amount: float = 1) -> None:
+        with self._lock:
+            self._plain[name] += amount
+
+    def plain(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._plain)

@@ -1,0 +1,431 @@
+"""GrpcStore: a Store backed by an `xlacache serve` daemon.
+
+Every call has a deadline. Failures that mean "the server is sick" (unreachable,
+timed out, overloaded, refusing our token) raise StoreUnavailableError and feed a
+circuit breaker: after a few in a row the store stops calling the server for a
+backoff period (1 s doubling to 60 s), so a dead server costs a training job one
+deadline, not one per compile. Entries are verified end to end on get.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import grpc
+
+from xlacache import entry
+from xlacache._proto.v1 import cache_pb2 as pb
+from xlacache._proto.v1 import cache_pb2_grpc as pb_grpc
+from xlacache.errors import (
+    CacheError,
+    ConfigError,
+    CorruptEntryError,
+    EntryTooLargeError,
+    ReadOnlyError,
+    StoreUnavailableError,
+)
+from xlacache.key import is_valid_key
+from xlacache.server import wire
+from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+
+DEFAULT_PORT = 7070
+CHUNK_SIZE = 1024 * 1024
+MESSAGE_LIMIT = 8 * 1024 * 1024
+
+ENV_TOKEN = "XLACACHE_TOKEN"
+ENV_TOKEN_FILE = "XLACACHE_TOKEN_FILE"
+ENV_CA = "XLACACHE_TLS_CA"
+ENV_CERT = "XLACACHE_TLS_CERT"
+ENV_KEY = "XLACACHE_TLS_KEY"
+
+# Codes that say the server (or our access to it) is unwell: they trip the breaker.
+_SICK = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNIMPLEMENTED,
+}
+
+
+class RemoteAuthError(StoreUnavailableError):
+    """The server refused our credentials (UNAUTHENTICATED) or our role (PERMISSION_DENIED)."""
+
+    def __init__(self, message: str, permission_denied: bool = False) -> None:
+        super().__init__(message)
+        self.permission_denied = permission_denied
+
+
+class CircuitBreaker:
+    """Closed -> open after `threshold` consecutive failures; one trial call after backoff."""
+
+    def __init__(self, threshold: int = 3, base: float = 1.0, cap: float = 60.0) -> None:
+        self.threshold = threshold
+        self.base = base
+        self.cap = cap
+        self._failures = 0
+        self._opens = 0
+        self._open_until = 0.0
+        self._trial_running = False
+        self._lock = threading.Lock()
+
+    @property
+    def is_open(self) -> bool:
+        return time.monotonic() < self._open_until
+
+    def allow(self) -> bool:
+        """May a call go to the server now? (While open, no; after, one trial at a time.)"""
+        with self._lock:
+            if self._failures < self.threshold:
+                return True
+            if time.monotonic() < self._open_until or self._trial_running:
+                return False
+            self._trial_running = True
+            return True
+
+    def success(self) -> None:
+        with self._lock:
+            self._failures = 0
+            self._opens = 0
+            self._trial_running = False
+
+    def failure(self, trip_now: bool = False) -> None:
+        with self._lock:
+            self._trial_running = False
+            self._failures = max(self._failures + 1, self.threshold if trip_now else 0)
+            if self._failures >= self.threshold:
+                backoff = min(self.cap, self.base * 2**self._opens)
+                self._opens += 1
+                self._open_until = time.monotonic() + backoff * random.uniform(0.8, 1.2)
+
+
+def parse_target(url: str) -> tuple[str, bool]:
+    """('host:port', tls) from grpc://host[:port] or grpcs://host[:port]."""
+    parsed = urlparse(url)
+    if parsed.scheme not in ("grpc", "grpcs") or not parsed.hostname:
+        raise ConfigError(f"not a remote cache URL: {url!r} (expected grpc://HOST:PORT)")
+    host = parsed.hostname
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{host}:{parsed.port or DEFAULT_PORT}", parsed.scheme == "grpcs"
+
+
+def _read(path: str | None) -> bytes | None:
+    return Path(path).expanduser().read_bytes() if path else None
+
+
+class GrpcStore(Store):
+    """A remote store. `token` (or $XLACACHE_TOKEN / $XLACACHE_TOKEN_FILE) authenticates."""
+
+    def __init__(
+        self,
+        url: str,
+        readonly: bool = False,
+        token: str | None = None,
+        *,
+        timeout: float = 5.0,
+        transfer_timeout: float = 120.0,
+        min_rate: float = 4 * 1024 * 1024,  # bytes/s a put may not fall below (sets its deadline)
+        chunk_size: int = CHUNK_SIZE,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        breaker: CircuitBreaker | None = None,
+        create: bool = True,  # accepted for open_store's signature; servers create their stores
+    ) -> None:
+        self.url = url
+        self.readonly = readonly
+        self.target, tls = parse_target(url)
+        self.timeout = timeout
+        self.transfer_timeout = transfer_timeout
+        self.min_rate = min_rate
+        self.chunk_size = chunk_size
+        self.breaker = breaker or CircuitBreaker()
+        token = token or os.environ.get(ENV_TOKEN)
+        if not token and os.environ.get(ENV_TOKEN_FILE):
+            token = Path(os.environ[ENV_TOKEN_FILE]).read_text().strip()
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        options = [
+            ("grpc.max_receive_message_length", MESSAGE_LIMIT),
+            ("grpc.max_send_message_length", MESSAGE_LIMIT),
+            ("grpc.enable_retries", 0),
+            ("grpc.initial_reconnect_backoff_ms", 500),
+            ("grpc.min_reconnect_backoff_ms", 500),
+            ("grpc.max_reconnect_backoff_ms", 5000),
+            ("grpc.keepalive_time_ms", 30_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+        ]
+        if tls:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_read(tls_ca or os.environ.get(ENV_CA)),
+                private_key=_read(tls_key or os.environ.get(ENV_KEY)),
+                certificate_chain=_read(tls_cert or os.environ.get(ENV_CERT)),
+            )
+            self._channel = grpc.secure_channel(self.target, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(self.target, options=options)
+        self._stub = pb_grpc.CacheStub(self._channel)
+        # Bulk calls move wire-format bytes (xlacache.server.wire): no protobuf copies.
+        self._get_raw = self._channel.unary_stream(
+            "/xlacache.v1.Cache/Get",
+            request_serializer=pb.GetRequest.SerializeToString,
+            response_deserializer=None,
+        )
+        self._put_raw = self._channel.stream_unary(
+            "/xlacache.v1.Cache/Put",
+            request_serializer=None,
+            response_deserializer=pb.PutResponse.FromString,
+        )
+
+    # -- Store interface -------------------------------------------------------------
+
+    def get(self, key: str) -> bytes | None:
+        _check_key(key)
+        blob = self._call(lambda: self._get(key))
+        if blob is None:
+            return None
+        try:
+            verify_entry(blob, key)
+        except CorruptEntryError:
+            self.report_corrupt(key)
+            raise
+        return blob
+
+    def _get(self, key: str) -> bytes | None:
+        call = self._get_raw(
+            pb.GetRequest(key=key), timeout=self.transfer_timeout, metadata=self._metadata
+        )
+        # A server that accepts connections but never answers costs `timeout`, not the
+        # whole transfer deadline: the first message must come within it.
+        watchdog = threading.Timer(self.timeout, call.cancel)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            try:
+                fields = wire.parse(next(call))
+            except StopIteration:
+                raise CorruptEntryError(f"entry {key}: empty reply from server") from None
+            finally:
+                watchdog.cancel()
+            if not wire.number(fields, wire.GET_FOUND):
+                for _ in call:  # let the call end with its status rather than cancel it
+                    pass
+                return None
+            size = wire.number(fields, wire.GET_SIZE)
+            first = fields.get(wire.GET_DATA, memoryview(b""))
+            parts = [first]
+            received = len(first)
+            for message in call:
+                data = wire.data_of(message, wire.GET_DATA)
+                parts.append(data)
+                received += len(data)
+        except wire.WireError as exc:
+            call.cancel()
+            raise CorruptEntryError(f"entry {key}: malformed reply: {exc}") from None
+        except BaseException:
+            call.cancel()  # frees the stream when we stop early
+            raise
+        if received != size:
+            raise CorruptEntryError(f"entry {key}: received {received} of {size} bytes")
+        return b"".join(parts)
+
+    def put(self, key: str, blob: bytes) -> None:
+        self._writable()
+        _check_key(key)
+        header = entry.read_header(blob)
+        if header.key != key:
+            raise CorruptEntryError(f"refusing to upload an entry for {header.key} under {key}")
+        timeout = self.timeout + len(blob) / self.min_rate
+        self._call(
+            lambda: self._put_raw(
+                self._put_messages(key, blob, header.payload_sha256),
+                timeout=timeout,
+                metadata=self._metadata,
+            )
+        )
+
+    def _put_messages(self, key: str, blob: bytes, digest: str) -> Iterator[bytes]:
+        view = memoryview(blob)
+        step = self.chunk_size
+        yield wire.put_first(key, len(blob), digest, view[:step])
+        for start in range(step, len(blob), step):
+            yield wire.put_chunk(view[start : start + step])
+
+    def contains(self, key: str) -> bool:
+        return self.contains_many([key])[0]
+
+    def contains_many(self, keys: list[str]) -> list[bool]:
+        for key in keys:
+            _check_key(key)
+        reply = self._call(lambda: self._unary(self._stub.Contains, pb.ContainsRequest(keys=keys)))
+        return list(reply.present)
+
+    def delete(self, key: str) -> bool:
+        self._writable()
+        _check_key(key)
+        return self._call(lambda: self._unary(self._stub.Delete, pb.DeleteRequest(key=key))).deleted
+
+    def stat(self, key: str) -> EntryInfo | None:
+        _check_key(key)
+        reply = self._call(lambda: self._unary(self._stub.Stat, pb.StatRequest(keys=[key])))
+        result = reply.results[0]
+        return _info(result.info) if result.found else None
+
+    def list(self, page_size: int = 1000) -> Iterator[EntryInfo]:
+        token = ""
+        while True:
+            request = pb.ListRequest(page_size=page_size, page_token=token)
+            reply = self._call(lambda r=request: self._unary(self._stub.List, r))
+            yield from (_info(i) for i in reply.entries)
+            token = reply.next_page_token
+            if not token:
+                return
+
+    def summary(self) -> StoreSummary:
+        s = self.server_stats().summary
+        return StoreSummary(
+            entries=s.entries,
+            bytes=s.bytes,
+            payload_bytes=s.payload_bytes,
+            hits=s.hits,
+            compile_seconds=s.compile_seconds,
+        )
+
+    def server_stats(self) -> pb.StatsResponse:
+        """The server's own figures: store summary, limits, version, request counters."""
+        return self._call(lambda: self._unary(self._stub.Stats, pb.StatsRequest()))
+
+    def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
+        if not dry_run:
+            self._writable()
+        request = pb.PruneRequest(dry_run=dry_run)
+        if policy.max_size is not None:
+            request.max_size = policy.max_size
+        if policy.older_than is not None:
+            request.older_than_seconds = policy.older_than
+        if policy.unused_for is not None:
+            request.unused_for_seconds = policy.unused_for
+        reply = self._call(
+            lambda: self._unary(self._stub.Prune, request, timeout=self.transfer_timeout)
+        )
+        return [_info(i) for i in reply.removed]
+
+    def verify(self, repair: bool = False) -> VerifyReport:
+        if repair:
+            self._writable()
+        reply = self._call(
+            lambda: self._unary(self._stub.Verify, pb.VerifyRequest(repair=repair), timeout=3600.0)
+        )
+        return VerifyReport(
+            checked=reply.checked,
+            corrupt=list(reply.corrupt),
+            repaired=reply.repaired,
+            stale_temp_files=reply.stale_temp_files,
+        )
+
+    def report_corrupt(self, key: str) -> bool:
+        """Tell the server an entry failed verification here; True if it removed it."""
+        try:
+            return self._call(
+                lambda: self._unary(self._stub.ReportCorrupt, pb.ReportCorruptRequest(key=key))
+            ).removed
+        except CacheError:
+            return False
+
+    def close(self) -> None:
+        self._channel.close()
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _writable(self) -> None:
+        if self.readonly:
+            raise ReadOnlyError(f"{self.url} is open read-only")
+
+    def _unary(self, method, request, timeout: float | None = None):
+        return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
+
+    def _call(self, fn):
+        """Run one RPC under the breaker, turning gRPC statuses into cache errors."""
+        if not self.breaker.allow():
+            raise StoreUnavailableError(f"{self.url}: server marked unavailable, backing off")
+        try:
+            result = fn()
+        except grpc.RpcError as exc:
+            raise self._translate(exc) from None
+        except BaseException:
+            self.breaker.success()  # the server answered; the trouble is ours
+            raise
+        self.breaker.success()
+        return result
+
+    def _translate(self, exc: grpc.RpcError) -> CacheError:
+        code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+        details = (exc.details() if hasattr(exc, "details") else "") or str(code)
+        message = f"{self.url}: {code.name}: {details}"
+        if code in _SICK:
+            slow_or_refused = code in (
+                grpc.StatusCode.UNAUTHENTICATED,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.CANCELLED,
+            )
+            self.breaker.failure(trip_now=slow_or_refused)  # waiting again would hurt
+            if code is grpc.StatusCode.UNAUTHENTICATED:
+                return RemoteAuthError(message)
+            return StoreUnavailableError(message)
+        self.breaker.success()
+        if code is grpc.StatusCode.PERMISSION_DENIED:
+            return RemoteAuthError(message, permission_denied=True)
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+            if "over this server's limit" in details:
+                return EntryTooLargeError(message)
+            return StoreUnavailableError(message)
+        if code in (grpc.StatusCode.DATA_LOSS, grpc.StatusCode.INVALID_ARGUMENT):
+            return (
+                CorruptEntryError(message)
+                if code is grpc.StatusCode.DATA_LOSS
+                else (CacheError(message))
+            )
+        return CacheError(message)
+
+
+def verify_entry(blob: bytes, key: str) -> entry.Header:
+    """entry.decode's checks (header, key, length, body SHA-256) without copying the body."""
+    view = memoryview(blob)
+    end = entry.header_length(bytes(view[: entry.PRELUDE_SIZE]))
+    header = entry.read_header(view[:end])
+    if header.key != key:
+        raise CorruptEntryError(f"entry holds key {header.key}, expected {key}")
+    if len(view) - end != header.body_size:
+        raise CorruptEntryError(
+            f"entry {key}: body has {len(view) - end} of {header.body_size} bytes"
+        )
+    if hashlib.sha256(view[end:]).hexdigest() != header.payload_sha256:
+        raise CorruptEntryError(f"entry {key}: body checksum mismatch")
+    return header
+
+
+def _check_key(key: str) -> None:
+    if not is_valid_key(key):
+        raise ValueError(f"malformed cache key {key!r}")
+
+
+def _info(message: pb.EntryInfo) -> EntryInfo:
+    return EntryInfo(
+        key=message.key,
+        size=message.size,
+        payload_size=message.payload_size,
+        created=message.created,
+        last_used=message.last_used,
+        hits=message.hits,
+        compile_seconds=message.compile_seconds,
+        label=message.label,
+    )

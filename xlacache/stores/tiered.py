@@ -1,0 +1,223 @@
+"""TieredStore: a local store in front of a remote one.
+
+Reads: local first, then remote; a remote hit is written to the local store. Writes:
+local, then queued for upload by one background thread, so training never waits on
+the network; when the queue is full the upload is dropped and counted. A sick remote
+(unreachable, timing out, refusing our token) degrades the tier to local-only with
+one warning (`xlacache.counters.record_error`); the remote's circuit breaker keeps
+retries cheap. `readonly` never writes anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Iterator
+
+from xlacache import counters
+from xlacache.errors import CacheError, CorruptEntryError, ReadOnlyError
+from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+
+log = logging.getLogger("xlacache.tiered")
+
+DEFAULT_QUEUE_ENTRIES = 64
+DEFAULT_QUEUE_BYTES = 2 * 1024**3
+CLOSE_FLUSH_SECONDS = 10.0
+
+
+def _remote_kind(exc: BaseException) -> str:
+    return "corrupt" if isinstance(exc, CorruptEntryError) else "remote"
+
+
+class TieredStore(Store):
+    """Local-then-remote store; the local tier is the one listed, summarized and pruned."""
+
+    def __init__(
+        self,
+        local: Store,
+        remote: Store,
+        readonly: bool = False,
+        *,
+        queue_entries: int = DEFAULT_QUEUE_ENTRIES,
+        queue_bytes: int = DEFAULT_QUEUE_BYTES,
+        close_flush_seconds: float = CLOSE_FLUSH_SECONDS,
+    ) -> None:
+        self.local = local
+        self.remote = remote
+        self.readonly = readonly
+        self.url = f"{local.url} + {remote.url}"
+        self.queue_entries = queue_entries
+        self.queue_bytes = queue_bytes
+        self.close_flush_seconds = close_flush_seconds
+        self._queue: deque[tuple[str, bytes]] = deque()
+        self._queued_bytes = 0
+        self._busy = 0  # uploads taken off the queue but not finished
+        self._cond = threading.Condition()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+        self._uploads_allowed = not (readonly or remote.readonly)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            blob = self.local.get(key)
+        except CorruptEntryError as exc:  # removed locally; the remote may have a good copy
+            counters.record_error("corrupt", exc)
+            blob = None
+        if blob is not None:
+            return blob
+        blob = self._remote_get(key)
+        if blob is None:
+            return None
+        counters.add("remote_hits")
+        if not (self.readonly or self.local.readonly):
+            try:
+                self.local.put(key, blob)
+            except (CacheError, OSError) as exc:
+                counters.record_error("io" if isinstance(exc, OSError) else "cache", exc)
+        return blob
+
+    def _remote_get(self, key: str) -> bytes | None:
+        try:
+            return self.remote.get(key)
+        except (CacheError, OSError) as exc:
+            counters.record_error(_remote_kind(exc), exc)
+            return None
+
+    def contains(self, key: str) -> bool:
+        if self.local.contains(key):
+            return True
+        try:
+            return self.remote.contains(key)
+        except (CacheError, OSError) as exc:
+            counters.record_error("remote", exc)
+            return False
+
+    def stat(self, key: str) -> EntryInfo | None:
+        info = self.local.stat(key)
+        if info is not None:
+            return info
+        try:
+            return self.remote.stat(key)
+        except (CacheError, OSError) as exc:
+            counters.record_error("remote", exc)
+            return None
+
+    def list(self) -> Iterator[EntryInfo]:
+        return self.local.list()
+
+    def summary(self) -> StoreSummary:
+        return self.local.summary()
+
+    def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
+        return self.local.prune(policy, dry_run=dry_run)
+
+    def verify(self, repair: bool = False) -> VerifyReport:
+        return self.local.verify(repair=repair)
+
+    # -- writes ------------------------------------------------------------------------
+
+    def put(self, key: str, blob: bytes) -> None:
+        if self.readonly:
+            raise ReadOnlyError(f"{self.url} is open read-only")
+        try:
+            if not self.local.readonly:
+                self.local.put(key, blob)
+        finally:  # a full local disk should not keep the entry from other workers
+            self._enqueue(key, blob)
+
+    def delete(self, key: str) -> bool:
+        """Delete locally; on the remote too where our token may (admin)."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.url} is open read-only")
+        existed = self.local.delete(key) if not self.local.readonly else False
+        if not self.remote.readonly:
+            try:
+                existed = self.remote.delete(key) or existed
+            except (CacheError, OSError) as exc:
+                log.debug("remote delete of %s refused: %s", key, exc)
+        return existed
+
+    def _enqueue(self, key: str, blob: bytes) -> None:
+        if not self._uploads_allowed:
+            return
+        with self._cond:
+            full = (
+                len(self._queue) >= self.queue_entries
+                or self._queued_bytes + len(blob) > self.queue_bytes
+            )
+            if full or self._closing:
+                counters.add("uploads_dropped")
+                return
+            self._queue.append((key, blob))
+            self._queued_bytes += len(blob)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._upload_loop, name="xlacache-upload", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _upload_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closing:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                key, blob = self._queue.popleft()
+                self._queued_bytes -= len(blob)
+                self._busy += 1
+            try:
+                self._upload(key, blob)
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._cond.notify_all()
+
+    def _upload(self, key: str, blob: bytes) -> None:
+        if not self._uploads_allowed:
+            counters.add("uploads_dropped")
+            return
+        try:
+            if self.remote.contains(key):
+                return
+            self.remote.put(key, blob)
+            counters.add("uploads")
+        except ReadOnlyError:
+            self._uploads_allowed = False
+        except (CacheError, OSError) as exc:
+            if getattr(exc, "permission_denied", False):
+                self._uploads_allowed = False  # a read token: stop trying for this process
+            counters.add("uploads_dropped")
+            counters.record_error(_remote_kind(exc), exc)
+        except Exception as exc:  # noqa: BLE001 - the upload thread must never die
+            counters.add("uploads_dropped")
+            counters.record_error("internal", exc)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued upload is done; False if `timeout` passed first."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
+
+    @property
+    def pending_uploads(self) -> int:
+        with self._cond:
+            return len(self._queue) + self._busy
+
+    def close(self) -> None:
+        """Give queued uploads a bounded time to finish, then close both tiers."""
+        if not self.flush(self.close_flush_seconds):
+            with self._cond:
+                dropped = len(self._queue)
+                self._queue.clear()
+                self._queued_bytes = 0
+            if dropped:
+                counters.add("uploads_dropped", dropped)
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self.remote.close()
+        self.local.close()
