@@ -75,7 +75,7 @@ class Header:
 @dataclass(frozen=True)
 class Entry:
     header: Header
-    body: bytes
+    body: bytes | memoryview  # zstd-compressed, as stored
 
     def payload(self) -> bytes:
         """The serialized executable (decompressed; zstd checks its own frame checksum)."""
@@ -131,12 +131,21 @@ def header_length(prelude: bytes) -> int:
     return PRELUDE_SIZE + size
 
 
+def verify(blob: bytes | memoryview, key: str | None = None) -> Header:
+    """Check an encoded entry completely, without copying it; raises CorruptEntryError."""
+    return _verified(memoryview(blob), key, check_body=True)[0]
+
+
 def decode(blob: bytes | memoryview, key: str | None = None, check_body: bool = True) -> Entry:
-    """Verify an encoded entry and return it; raises CorruptEntryError.
+    """Verify an encoded entry and return it (its body a view into `blob`).
 
     check_body=False skips re-hashing a body that a store has just verified.
     """
-    view = memoryview(blob)
+    header, body = _verified(memoryview(blob), key, check_body)
+    return Entry(header, body)
+
+
+def _verified(view: memoryview, key: str | None, check_body: bool) -> tuple[Header, memoryview]:
     header, offset = _parse_header(view)
     if key is not None and header.key != key:
         raise CorruptEntryError(f"entry holds key {header.key}, expected {key}")
@@ -147,7 +156,7 @@ def decode(blob: bytes | memoryview, key: str | None = None, check_body: bool = 
         )
     if check_body and hashlib.sha256(body).hexdigest() != header.payload_sha256:
         raise CorruptEntryError(f"entry {header.key}: body checksum mismatch")
-    return Entry(header, bytes(body))
+    return header, body
 
 
 def digest(blob: bytes | memoryview) -> str:

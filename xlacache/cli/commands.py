@@ -592,7 +592,7 @@ def _member_blob(tar: tarfile.TarFile, member: tarfile.TarInfo | None, row: dict
     if len(blob) != row["size"] or hashlib.sha256(blob).hexdigest() != row["sha256"]:
         return None
     try:
-        entry.decode(blob, key)
+        entry.verify(blob, key)
     except CorruptEntryError:
         return None
     return blob

@@ -89,7 +89,7 @@ class LocalStore(Store):
         except FileNotFoundError:
             return None
         try:
-            header = entry.decode(blob, key).header
+            header = entry.verify(blob, key)
         except CorruptEntryError:
             if not self.readonly:
                 self._remove([key])
@@ -193,7 +193,7 @@ class LocalStore(Store):
                 if not is_valid_key(key) or path != self.entry_path(key):
                     raise CorruptEntryError(f"stray file {path}")
                 blob = path.read_bytes()
-                found.append(info_from_header(entry.decode(blob, key).header, len(blob)))
+                found.append(info_from_header(entry.verify(blob, key), len(blob)))
             except (CorruptEntryError, OSError):
                 report.corrupt.append(key)
                 bad.append(path)
