@@ -1,0 +1,108 @@
+"""xlacache.lazy: PyTorch lazy tensors on XLA (through jax/jaxlib) with the xlacache cache.
+
+Tensors on ``device()`` record operations into an IR graph; at a barrier (``sync``, ``.item()``,
+``.cpu()``, ``print``) the graph is lowered to a JAX function, compiled or found in the cache, and
+executed. Names follow torch_xla so that code ports by changing imports::
+
+    import xlacache.lazy as xl            # instead of torch_xla.core.xla_model as xm
+    dev = xl.device()                     # xm.xla_device()
+    xl.sync()                             # xm.mark_step() / torch_xla.sync()
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+os.environ.setdefault("JAX_ENABLE_X64", "0")
+
+from . import _device, metrics  # noqa: E402
+from . import rng as _rng  # noqa: E402
+from . import tensor as _tensor  # noqa: E402
+from .executor import (  # noqa: E402
+    clear_compiled_cache,
+    compiled_cache_size,
+    sync,
+    wait_device_ops,
+)
+from .loader import MpDeviceLoader, ParallelLoader  # noqa: E402
+from .metrics import metrics_report, short_metrics_report  # noqa: E402
+from .rng import get_seed as get_rng_state  # noqa: E402
+from .rng import set_seed as set_rng_state  # noqa: E402
+from .tensor import LazyTensor  # noqa: E402
+
+_device.install(_tensor.factory)
+_rng.hook_manual_seed()
+
+__all__ = [
+    "LazyTensor",
+    "MpDeviceLoader",
+    "ParallelLoader",
+    "clear_compiled_cache",
+    "compiled_cache_size",
+    "device",
+    "get_rng_state",
+    "is_lazy",
+    "mark_step",
+    "metrics",
+    "metrics_report",
+    "optimizer_step",
+    "save",
+    "set_rng_state",
+    "short_metrics_report",
+    "sync",
+    "wait_device_ops",
+    "xla_device",
+]
+
+
+def device(index: int = 0) -> torch.device:
+    """The lazy XLA device (``torch.device('xla:0')``)."""
+    if index != 0:
+        raise ValueError("xlacache.lazy has one device, xla:0")
+    return _device.DEVICE
+
+
+def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
+    """torch_xla's ``xm.xla_device()``."""
+    return device(0 if n is None else n)
+
+
+def mark_step(wait: bool = False) -> None:
+    """torch_xla's name for ``sync``."""
+    sync(wait)
+
+
+def is_lazy(t: Any) -> bool:
+    return isinstance(t, LazyTensor)
+
+
+def optimizer_step(
+    optimizer: torch.optim.Optimizer,
+    barrier: bool = False,
+    optimizer_args: dict[str, Any] | None = None,
+) -> Any:
+    """``xm.optimizer_step``: one device, so no gradient all-reduce; ``barrier`` syncs."""
+    loss = optimizer.step(**(optimizer_args or {}))
+    if barrier:
+        sync()
+    return loss
+
+
+def _to_cpu(obj: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu() if isinstance(obj, LazyTensor) else obj
+    if isinstance(obj, dict):
+        return type(obj)((k, _to_cpu(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        vals = [_to_cpu(v) for v in obj]
+        return type(obj)(*vals) if hasattr(obj, "_fields") else type(obj)(vals)
+    return obj
+
+
+def save(data: Any, path: Any, master_only: bool = True, global_master: bool = False) -> None:
+    """``xm.save``: move tensors to CPU, then ``torch.save``. Load, then ``.to(device())``."""
+    sync()
+    torch.save(_to_cpu(data), path)

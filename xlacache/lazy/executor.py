@@ -1,0 +1,265 @@
+"""Barriers: pending IR -> JAX function -> compiled executable (cached by graph hash) -> execute.
+
+At a barrier the pending values are collected, the graph reachable from them is put in
+post-order, and its identity is the hash of (node hash, input positions) over that order plus the
+outputs and the donated inputs. Node hashes were computed at record time, so a steady training
+loop costs one pass over the nodes here and never re-lowers. On an in-memory miss the graph is
+turned into a JAX function and compiled with ``jax.jit(...).lower(...).compile()``, which is where
+``xlacache.initialize_cache`` hooks in: the persistent store is consulted inside that compile.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import metrics, rng
+from .graph import DATA, RNG, SCALAR, Node, Placeholder, data_node, toposort
+from .lowering import LOWERINGS, jax_dtype, lower_random
+from .tensor import _LOCK, LazyTensor, live_tensors, value
+
+
+@dataclass
+class _Step:
+    lower: Callable[..., Any]
+    args: tuple
+    kwargs: dict
+    ins: tuple[tuple[int, int], ...]
+    avals: tuple
+    name: str
+
+
+@dataclass
+class Executable:
+    compiled: Any
+    n_ops: int
+    out_dtypes: tuple
+
+
+_CACHE: dict[int, Executable] = {}
+
+
+def _cache_stats() -> dict[str, Any] | None:
+    try:
+        import xlacache
+
+        stats = getattr(xlacache, "stats", None)
+        return stats() if stats is not None else None
+    except Exception:  # noqa: BLE001 - the runtime works without the cache core
+        return None
+
+
+def _fill(t: Any, ins: list[Any]) -> Any:
+    if isinstance(t, Placeholder):
+        return ins[t.i]
+    if isinstance(t, tuple):
+        return tuple(_fill(e, ins) for e in t)
+    return t
+
+
+def _build(order: list[Node], pos: dict[int, int], outs: list[tuple[Node, int]]) -> Callable:
+    """A JAX function ``f(*arrays, scalars)`` computing ``outs`` from the graph's leaves."""
+    leaf_arg: dict[int, tuple[str, int]] = {}
+    steps: list[tuple[int, _Step | None]] = []
+    n_arr = n_sc = 0
+    for i, n in enumerate(order):
+        if n.op in (DATA, RNG):
+            leaf_arg[i] = ("a", n_arr)
+            n_arr += 1
+        elif n.op == SCALAR:
+            leaf_arg[i] = ("s", n_sc)
+            n_sc += 1
+        else:
+            ins = tuple((pos[id(m)], k) for m, k in n.inputs)
+            if n.op == "random":
+                kind, idx, shape, dtype, params = n.attrs
+                fn = _random_lowering(kind, idx, shape, dtype, params)
+                phs = tuple(Placeholder(j) for j in range(len(ins)))
+                steps.append((i, _Step(fn, phs, {}, ins, n.avals, "random")))
+                continue
+            targs, tkw = n.attrs
+            steps.append((i, _Step(LOWERINGS[n.func], targs, dict(tkw), ins, n.avals, str(n.func))))
+    out_pos = [(pos[id(n)], k) for n, k in outs]
+
+    def fn(*args: Any) -> list[Any]:
+        arrays, scalars = args[:-1], args[-1]
+        env: list[Any] = [None] * len(order)
+        for i, (kind, j) in leaf_arg.items():
+            env[i] = (arrays[j],) if kind == "a" else (scalars[j],)
+        for i, st in steps:
+            ins = [env[p][k] for p, k in st.ins]
+            try:
+                res = st.lower(
+                    *_fill(st.args, ins), **{k: _fill(v, ins) for k, v in st.kwargs.items()}
+                )
+            except Exception as e:
+                raise RuntimeError(f"xlacache.lazy: lowering {st.name} failed: {e}") from e
+            res = (res,) if not isinstance(res, (tuple, list)) else tuple(res)
+            env[i] = tuple(_fix(r, a, st.name) for r, a in zip(res, st.avals, strict=False))
+        return [env[p][k] for p, k in out_pos]
+
+    return fn
+
+
+def _random_lowering(kind: str, idx: int, shape: tuple, dtype: Any, params: tuple) -> Callable:
+    def fn(key: Any, *inputs: Any) -> Any:
+        return lower_random(
+            key, *inputs, kind=kind, index=idx, shape=shape, dtype=dtype, params=params
+        )
+
+    return fn
+
+
+def _fix(r: Any, aval: Any, name: str) -> Any:
+    """Cast a lowering's result to the dtype and shape torch's meta kernel predicted."""
+    if aval is None or r is None:
+        return r
+    shape, dtype = aval
+    r = jnp.asarray(r)
+    jdt = jax_dtype(dtype)
+    if r.dtype != jdt:
+        r = r.astype(jdt)
+    if tuple(r.shape) != tuple(shape):
+        if r.size == int(np.prod(shape)):
+            r = r.reshape(shape)
+        else:
+            try:
+                r = jnp.broadcast_to(r, shape)
+            except ValueError as e:
+                raise RuntimeError(
+                    f"xlacache.lazy: {name} lowered to shape {r.shape}, expected {shape}"
+                ) from e
+    return r
+
+
+def materialize(tensors: list[LazyTensor]) -> None:
+    """Run the graph needed by ``tensors`` only (``.item()``, ``.cpu()``, ``print``)."""
+    _run(tensors, donate=False)
+
+
+def sync(wait: bool = False) -> None:
+    """Run everything pending (``mark_step``); buffers of overwritten device data are donated."""
+    with _LOCK:
+        from .tensor import flush_trace_metrics
+
+        flush_trace_metrics()
+        metrics.counter_inc("MarkStep")
+        _run(live_tensors(), donate=True)
+        rng.new_epoch()
+    if wait:
+        wait_device_ops()
+
+
+def wait_device_ops() -> None:
+    """Block until every device value is computed (``xm.wait_device_ops``)."""
+    for t in live_tensors():
+        n = t._v[0]
+        if n.op == DATA:
+            n.data.block_until_ready()
+
+
+def _run(targets: list[LazyTensor], donate: bool) -> None:
+    with _LOCK:
+        t_start = time.perf_counter_ns()
+        outs: list[tuple[Node, int]] = []
+        out_ix: dict[tuple[int, int], int] = {}
+        for t in targets:
+            n, k = value(t)
+            if n.op != DATA and (id(n), k) not in out_ix:
+                out_ix[(id(n), k)] = len(outs)
+                outs.append((n, k))
+        if not outs:
+            return
+        everyone = live_tensors()
+        order = toposort(outs)
+        pos = {id(n): i for i, n in enumerate(order)}
+        arrays: list[Any] = []
+        scalars: list[float] = []
+        leaf_nodes: list[Node] = []
+        sig: list[Any] = []
+        for n in order:
+            if n.op in (DATA, RNG):
+                arrays.append(n.data)
+                leaf_nodes.append(n)
+            elif n.op == SCALAR:
+                scalars.append(n.data)
+            sig.append((n.hash, tuple((pos[id(m)], k) for m, k in n.inputs)))
+        donated: tuple[int, ...] = ()
+        if donate:
+            held = {id(t._v[0].data) for t in everyone if t._v[0].op == DATA}
+            out_shapes = {n.avals[k] for n, k in outs}
+            donated = tuple(
+                j
+                for j, n in enumerate(leaf_nodes)
+                if n.op == DATA and id(n.data) not in held and n.avals[0] in out_shapes
+            )
+        key = hash((tuple(sig), tuple((pos[id(n)], k) for n, k in outs), donated))
+        metrics.metric_add("GraphBuildTime", time.perf_counter_ns() - t_start)
+        sc = np.asarray(scalars, dtype=np.float32)
+        exe = _CACHE.get(key)
+        if exe is None:
+            exe = _compile(order, pos, outs, arrays, sc, donated)
+            _CACHE[key] = exe
+        else:
+            metrics.counter_inc("CachedCompile")
+        t0 = time.perf_counter_ns()
+        results = exe.compiled(*arrays, sc)
+        metrics.metric_add("ExecuteTime", time.perf_counter_ns() - t0)
+        metrics.counter_inc("ExecuteComputation")
+        new_nodes = [data_node(r, n.avals[k][1]) for r, (n, k) in zip(results, outs, strict=True)]
+        for t in everyone:
+            n, k = t._v
+            j = out_ix.get((id(n), k))
+            if j is not None:
+                t._v = (new_nodes[j], 0)
+
+
+def _compile(
+    order: list[Node],
+    pos: dict[int, int],
+    outs: list[tuple[Node, int]],
+    arrays: list[Any],
+    scalars: np.ndarray,
+    donated: tuple[int, ...],
+) -> Executable:
+    t0 = time.perf_counter_ns()
+    fn = _build(order, pos, outs)
+    jitted = jax.jit(fn, donate_argnums=donated)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
+        lowered = jitted.lower(*arrays, scalars)
+        t1 = time.perf_counter_ns()
+        metrics.metric_add("LoweringTime", t1 - t0)
+        before = _cache_stats()
+        compiled = lowered.compile()
+    metrics.metric_add("CompileTime", time.perf_counter_ns() - t1)
+    after = _cache_stats()
+    hit = miss = 0
+    if before is not None and after is not None:
+        hit = after.get("hits", 0) - before.get("hits", 0)
+        miss = after.get("misses", 0) - before.get("misses", 0)
+    if hit:
+        metrics.counter_inc("PersistentCacheHit", hit)
+    else:
+        if miss:
+            metrics.counter_inc("PersistentCacheMiss", miss)
+        metrics.counter_inc("UncachedCompile")
+    n_ops = sum(1 for n in order if n.op not in (DATA, RNG, SCALAR))
+    metrics.metric_add("GraphOps", n_ops)
+    return Executable(compiled, n_ops, tuple(n.avals[k][1] for n, k in outs))
+
+
+def clear_compiled_cache() -> None:
+    """Forget in-memory executables (the next barrier compiles or hits the persistent cache)."""
+    _CACHE.clear()
+
+
+def compiled_cache_size() -> int:
+    return len(_CACHE)
