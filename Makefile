@@ -31,7 +31,9 @@ proto: venv
 	$(PY) -m xlacache.server.protogen
 
 bench: venv
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/jax_gpt.py
+	$(PY) benchmarks/lazy_gpt.py
+	$(PY) benchmarks/remote_vs_redis.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

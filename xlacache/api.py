@@ -29,6 +29,7 @@ def initialize_cache(
     max_size: int | str | None = None,
     max_age: float | str | None = None,
     min_compile_seconds: float | None = None,
+    prefetch: int | None = None,
 ) -> None:
     """Route every XLA compilation of this process through a persistent cache.
 
@@ -38,7 +39,9 @@ def initialize_cache(
     one and written in the background. Unset arguments come from the environment
     (see `xlacache.config`). Calling again with the same settings does nothing; with
     other settings it raises ConfigError. A cache that cannot be opened is reported
-    once and compiling goes on without it.
+    once and compiling goes on without it. `prefetch` (default 32) executables used
+    most recently are loaded in the background once JAX's backend is up, so a
+    restarted job finds them ready; 0 turns that off.
     """
     global _config, _cache
     settings = config_mod.resolve(
@@ -49,6 +52,7 @@ def initialize_cache(
         max_size=max_size,
         max_age=max_age,
         min_compile_seconds=min_compile_seconds,
+        prefetch=prefetch,
     )
     with _lock:
         if _config is not None:
@@ -63,7 +67,7 @@ def initialize_cache(
         if store is None:
             return
         _cache = CompilationCache(store, settings.readonly, settings.min_compile_seconds)
-        jax_bridge.install(_cache)
+        jax_bridge.install(_cache, prefetch=settings.prefetch)
         atexit.register(_close)
 
 

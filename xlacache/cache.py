@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import errno
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import TypeVar
 
 from xlacache import counters, entry
@@ -48,6 +50,8 @@ class CompilationCache:
         self.store = store
         self.readonly = readonly or store.readonly
         self.min_compile_seconds = min_compile_seconds
+        self._prefetched: dict[str, Future] = {}
+        self._prefetch_lock = threading.Lock()
 
     def get_or_compile(
         self,
@@ -57,8 +61,23 @@ class CompilationCache:
         serialize: Callable[[T], bytes],
         label: str = "",
         platform: str = "",
+        context: dict | None = None,
     ) -> T:
-        """The executable for `key`: loaded from the store, or compiled and stored."""
+        """The executable for `key`: loaded from the store, or compiled and stored.
+
+        `context` is what `load` depends on besides the payload; it is stored with the
+        entry, and an executable prefetched under the same key and context is reused.
+        """
+        start = time.perf_counter()
+        prefetched = self._take_prefetched(key, context or {})
+        if prefetched is not None:
+            header, result = prefetched
+            waited = time.perf_counter() - start
+            counters.add("hits")
+            counters.add("prefetch_hits")
+            counters.add("load_seconds", waited)
+            counters.add("compile_seconds_saved", header.compile_seconds - waited)
+            return result
         found = self.lookup(key)
         if found is not None:
             start = time.perf_counter()
@@ -79,9 +98,38 @@ class CompilationCache:
         seconds = time.perf_counter() - start
         counters.add("compile_seconds", seconds)
         if not self.readonly and seconds >= self.min_compile_seconds:
-            self.save(key, lambda: serialize(result), seconds, label, platform)
+            self.save(key, lambda: serialize(result), seconds, label, platform, context)
         return result
 
+    def prefetch(
+        self,
+        load_entry: Callable[[entry.Entry], T],
+        ready: Callable[[], bool],
+        limit: int = 32,
+        max_bytes: int = 4 << 30,
+        patience: float = 600.0,
+    ) -> threading.Thread | None:
+        """Load the most recently used executables in a background thread.
+
+        A restarted job then finds the programs of its last run loaded while it builds
+        its model and traces, instead of loading each when first asked. Loading waits
+        until `ready()` (the runtime is up); `load_entry` loads an entry from its
+        stored context. Returns the thread, or None when there is nothing to load.
+        """
+        keys = self._recent_keys(limit, max_bytes)
+        if not keys:
+            return None
+        futures = {key: Future() for key in keys}
+        with self._prefetch_lock:
+            self._prefetched.update(futures)
+        thread = threading.Thread(
+            target=self._prefetch_worker,
+            args=(futures, load_entry, ready, patience),
+            name="xlacache-prefetch",
+            daemon=True,
+        )
+        thread.start()
+        return thread
     def lookup(self, key: str) -> entry.Entry | None:
         """The verified entry for `key`, or None (absent, or the cache failed)."""
         try:
@@ -101,6 +149,7 @@ class CompilationCache:
         compile_seconds: float,
         label: str = "",
         platform: str = "",
+        context: dict | None = None,
     ) -> None:
         """Encode and store an executable; failures are counted, never raised."""
         try:
@@ -110,6 +159,7 @@ class CompilationCache:
                 compile_seconds=compile_seconds,
                 label=label,
                 platform_name=platform,
+                context=context,
             )
             self.store.put(key, blob)
         except Exception as exc:  # noqa: BLE001
@@ -126,6 +176,52 @@ class CompilationCache:
             self.store.delete(key)
         except Exception as exc:  # noqa: BLE001
             counters.record_error(error_kind(exc), exc)
+
+    def _recent_keys(self, limit: int, max_bytes: int) -> list[str]:
+        """Keys of the last run's programs: the most recently used, in order of use."""
+        try:
+            infos = sorted(self.store.list(), key=lambda i: i.last_used, reverse=True)
+        except Exception as exc:  # noqa: BLE001
+            counters.record_error(error_kind(exc), exc)
+            return []
+        chosen, total = [], 0
+        for info in infos[:limit]:
+            total += info.payload_size
+            if total > max_bytes:
+                break
+            chosen.append(info)
+        return [i.key for i in sorted(chosen, key=lambda i: i.last_used)]
+
+    def _prefetch_worker(self, futures, load_entry, ready, patience: float) -> None:
+        deadline = time.monotonic() + patience
+        while not ready():
+            if time.monotonic() > deadline:
+                for future in futures.values():
+                    future.cancel()
+                return
+            time.sleep(0.01)
+        for key, future in futures.items():
+            if not future.set_running_or_notify_cancel():
+                continue  # the request came first and loads it itself
+            value = None
+            try:
+                found = self.lookup(key)
+                if found is not None:
+                    value = (found.header, load_entry(found))
+            except Exception as exc:  # noqa: BLE001 - a failed prefetch is just a miss
+                counters.record_error("prefetch", exc)
+            future.set_result(value)
+
+    def _take_prefetched(self, key: str, context: dict):
+        """(header, executable) prefetched for this key and context, else None."""
+        with self._prefetch_lock:
+            future = self._prefetched.pop(key, None)
+        if future is None or future.cancel():
+            return None  # not prefetched, or not started yet: the caller loads it
+        value = future.result()
+        if value is None or value[0].context != context:
+            return None
+        return value
 
     def close(self) -> None:
         try:

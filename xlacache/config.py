@@ -9,6 +9,7 @@ Environment variables (arguments win over them):
     XLACACHE_MAX_SIZE           local size cap, e.g. 20GB (least recently used go first)
     XLACACHE_MAX_AGE            drop local entries older than this, e.g. 30d
     XLACACHE_MIN_COMPILE_SECONDS  store only executables that took at least this long
+    XLACACHE_PREFETCH           how many recently used executables to load ahead (0: off)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class CacheConfig:
     max_size: int | None = None
     max_age: float | None = None
     min_compile_seconds: float = 0.0
+    prefetch: int = 32
 
     def describe(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -76,6 +78,11 @@ def from_env(env: Mapping[str, str] = os.environ) -> dict:
         found["max_age"] = parse_duration(hit[1])
     if hit := _first(env, "XLACACHE_MIN_COMPILE_SECONDS"):
         found["min_compile_seconds"] = parse_duration(hit[1])
+    if hit := _first(env, "XLACACHE_PREFETCH"):
+        try:
+            found["prefetch"] = int(hit[1])
+        except ValueError:
+            raise ConfigError(f"XLACACHE_PREFETCH={hit[1]!r} is not a whole number") from None
     return found
 
 

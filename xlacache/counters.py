@@ -27,6 +27,7 @@ FIELDS = (
     "misses",
     "writes",
     "remote_hits",
+    "prefetch_hits",
     "uploads",
     "uploads_dropped",
     "bytes_read",

@@ -67,6 +67,9 @@ class Header:
     compression: str = COMPRESSION
     format_version: int = FORMAT_VERSION
     producer: dict[str, str] = field(default_factory=dict)
+    # What loading needs besides the payload (JAX: compile options, device ids), so
+    # an entry can be loaded ahead of the request for it (see CompilationCache.prefetch).
+    context: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,6 +98,7 @@ def encode(
     label: str = "",
     platform_name: str = "",
     created: float | None = None,
+    context: dict | None = None,
 ) -> bytes:
     """Build an encoded entry for `payload` (a serialized executable) under `key`."""
     body = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True).compress(payload)
@@ -108,6 +112,7 @@ def encode(
         label=label,
         platform=platform_name,
         producer=_producer(),
+        context=context or {},
     )
     header_bytes = json.dumps(header.to_dict(), sort_keys=True).encode()
     prelude = _PRELUDE.pack(

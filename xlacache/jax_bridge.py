@@ -9,6 +9,7 @@ embeds the cache directory, then asks `CompilationCache.get_or_compile`.
 
 from __future__ import annotations
 
+import base64
 import copy
 import inspect
 import io
@@ -56,8 +57,12 @@ def check_compatible() -> None:
         )
 
 
-def install(cache: CompilationCache) -> None:
-    """Send every JAX compilation of this process through `cache`."""
+def install(cache: CompilationCache, prefetch: int = 0) -> None:
+    """Send every JAX compilation of this process through `cache`.
+
+    With prefetch > 0, up to that many of the most recently used executables are
+    loaded in the background as soon as JAX's backend is up.
+    """
     global _original, _cache
     try:
         check_compatible()
@@ -69,6 +74,8 @@ def install(cache: CompilationCache) -> None:
     if _original is None:
         _original = compiler.compile_or_get_cached
         compiler.compile_or_get_cached = _compile_or_get_cached
+    if prefetch > 0:
+        cache.prefetch(load_entry, ready=_backend_ready, limit=prefetch)
 
 
 def uninstall() -> None:
@@ -129,7 +136,37 @@ def _compile_or_get_cached(
         serialize=lambda executable: executable.serialize(),
         label=module_name(computation),
         platform=backend.platform,
+        context=load_context(compile_options, executable_devices),
     )
+
+
+def load_context(compile_options, executable_devices) -> dict:
+    """What deserializing needs besides the payload, as JSON-able values."""
+    return {
+        "compile_options": base64.b64encode(compile_options.SerializeAsString()).decode(),
+        "device_ids": [d.id for d in executable_devices],
+    }
+
+
+def load_entry(found):
+    """Load an entry from its stored context alone (for prefetching)."""
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client
+
+    context = found.header.context
+    backend = xla_bridge.get_backend(found.header.platform or None)
+    by_id = {d.id: d for d in backend.local_devices()}
+    devices = xla_client.DeviceList(tuple(by_id[i] for i in context["device_ids"]))
+    options = xla_client.CompileOptions.ParseFromString(
+        base64.b64decode(context["compile_options"])
+    )
+    return backend.deserialize_executable(found.payload(), devices, options)
+
+
+def _backend_ready() -> bool:
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
 
 
 def _serializable(backend) -> bool:

@@ -1,0 +1,89 @@
+"""Prefetching: a restarted job finds the executables of its last run already loaded."""
+
+import json
+import threading
+import time
+
+from tests.conftest import JAX_PROGRAM, make_key, run_json
+from xlacache import counters, entry
+from xlacache.cache import CompilationCache
+from xlacache.stores.local import LocalStore
+
+
+def put(store, n, context, payload=b"exe"):
+    store.put(make_key(n), entry.encode(make_key(n), payload + bytes([n]), compile_seconds=2.0,
+                                        context=context))  # fmt: skip
+
+
+def never(*_):
+    raise AssertionError("must not be called")
+
+
+def test_prefetched_executable_serves_the_request(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    put(store, 1, {"devices": [0]})
+    cache = CompilationCache(store)
+    loaded = []
+    thread = cache.prefetch(lambda e: loaded.append(e.header.key) or b"loaded", ready=lambda: True)
+    thread.join(10)
+    assert loaded == [make_key(1)]
+    got = cache.get_or_compile(make_key(1), compile=never, load=never, serialize=never,
+                               context={"devices": [0]})  # fmt: skip
+    assert got == b"loaded"
+    figures = counters.snapshot()
+    assert figures["hits"] == figures["prefetch_hits"] == 1 and figures["misses"] == 0
+
+
+def test_other_context_is_not_served_from_prefetch(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    put(store, 1, {"devices": [0]})
+    cache = CompilationCache(store)
+    cache.prefetch(lambda e: b"for device 0", ready=lambda: True).join(10)
+    got = cache.get_or_compile(make_key(1), compile=never, load=lambda p: b"loaded here",
+                               serialize=never, context={"devices": [1]})  # fmt: skip
+    assert got == b"loaded here"
+    assert counters.snapshot()["prefetch_hits"] == 0
+
+
+def test_prefetch_waits_for_the_runtime_and_gives_up_in_time(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    put(store, 1, {})
+    cache = CompilationCache(store)
+    up = threading.Event()
+    thread = cache.prefetch(lambda e: b"x", ready=up.is_set, patience=0.3)
+    time.sleep(0.1)
+    assert thread.is_alive()  # still waiting for the runtime
+    thread.join(5)
+    assert not thread.is_alive()
+    # Gave up: the request loads for itself.
+    got = cache.get_or_compile(make_key(1), compile=never, load=lambda p: b"mine", serialize=never)
+    assert got == b"mine"
+
+
+def test_a_request_before_the_prefetch_reaches_it_loads_itself(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    put(store, 1, {})
+    cache = CompilationCache(store)
+    cache.prefetch(lambda e: b"prefetched", ready=lambda: False, patience=30)
+    got = cache.get_or_compile(make_key(1), compile=never, load=lambda p: b"mine", serialize=never)
+    assert got == b"mine"  # no waiting on a prefetch that has not started
+
+
+def test_only_the_most_recently_used_are_prefetched(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    for n in range(5):
+        put(store, n, {})
+        time.sleep(0.002)
+    cache = CompilationCache(store)
+    loaded = []
+    cache.prefetch(lambda e: loaded.append(e.header.key), ready=lambda: True, limit=2).join(10)
+    assert loaded == [make_key(3), make_key(4)]  # in the order they were last used
+
+
+def test_second_process_gets_every_program_from_prefetch(tmp_path):
+    cold = run_json(JAX_PROGRAM, str(tmp_path / "c"))
+    warm = run_json(JAX_PROGRAM, str(tmp_path / "c"))
+    assert warm["stats"]["misses"] == 0 and warm["loss"] == cold["loss"]
+    assert warm["stats"]["prefetch_hits"] == warm["stats"]["hits"] == cold["stats"]["misses"]
+    off = run_json(JAX_PROGRAM, str(tmp_path / "c"), json.dumps({"prefetch": 0}))
+    assert off["stats"]["prefetch_hits"] == 0 and off["stats"]["hits"] == cold["stats"]["misses"]
