@@ -7,6 +7,12 @@ by redis-py as PyTorch Inductor's remote cache does; the xlacache daemon driven 
 GrpcStore, which verifies every entry it reads). Each client is a thread with its own
 connection. A PUT writes a distinct key; a GET reads one of the stored keys. Prints
 throughput (GiB/s of entry bytes), p50 and p99 latency per operation, and writes JSON.
+
+The two do not promise the same thing. xlacache runs with its default settings: every
+PUT is verified (SHA-256), written to a temp file, fsynced, renamed into place and its
+directory fsynced before it is acknowledged. Redis runs in memory with no persistence
+at all (`--save "" --appendonly no`) unless --redis-aof asks for an append-only file
+fsynced on every write (`--appendonly yes --appendfsync always`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -58,13 +65,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_redis(workdir: Path) -> tuple[subprocess.Popen, int] | None:
+def redis_persistence(aof: bool) -> list[str]:
+    if aof:
+        return ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
+    return ["--save", "", "--appendonly", "no"]
+
+
+def start_redis(workdir: Path, aof: bool = False) -> tuple[subprocess.Popen, int] | None:
     exe = shutil.which("redis-server")
     if exe is None:
         return None
     port = free_port()
     proc = subprocess.Popen(
-        [exe, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+        [exe, "--bind", "127.0.0.1", "--port", str(port), *redis_persistence(aof),
          "--dir", str(workdir), "--protected-mode", "yes", "--loglevel", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -247,6 +260,9 @@ def main() -> int:
     parser.add_argument("--budget-mib", type=int, default=512, help="MiB moved per measurement")
     parser.add_argument("--backends", default="xlacache,redis")
     parser.add_argument("--server-arg", action="append", default=[], help="extra serve flag")
+    parser.add_argument(
+        "--redis-aof", action="store_true", help="Redis with an AOF fsynced on every write"
+    )
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "remote_vs_redis.json"))
     args = parser.parse_args()
     sizes = [int(s) * MiB for s in args.sizes.split(",")]
@@ -259,7 +275,7 @@ def main() -> int:
         try:
             redis_port = None
             if "redis" in backends:
-                started = start_redis(tmp)
+                started = start_redis(tmp, args.redis_aof)
                 if started is None:
                     print("redis-server not installed (apt-get install redis-server): skipped")
                 else:
@@ -269,6 +285,8 @@ def main() -> int:
             if "xlacache" in backends:
                 proc, xla_port = start_xlacache(tmp, args.server_arg)
                 procs.append(proc)
+            print(f"xlacache serve flags: {' '.join(args.server_arg) or '(defaults)'}")
+            print(f"redis-server persistence: {shlex.join(redis_persistence(args.redis_aof))}")
             print(HEADER)
             for size in sizes:
                 for n in clients:
@@ -283,7 +301,13 @@ def main() -> int:
                     proc.wait(60)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-    meta = {"cpus": os.cpu_count(), "python": sys.version.split()[0], "time": time.time()}
+    meta = {
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "time": time.time(),
+        "xlacache_flags": args.server_arg,
+        "redis_persistence": redis_persistence(args.redis_aof),
+    }
     Path(args.json).write_text(
         json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=2) + "\n"
     )

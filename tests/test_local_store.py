@@ -102,7 +102,7 @@ def test_corrupt_index_is_rebuilt(tmp_path):
     for suffix in ("-wal", "-shm"):
         (root / f"index.sqlite{suffix}").unlink(missing_ok=True)
     (root / "index.sqlite").write_bytes(b"this is not a database" * 100)
-    with LocalStore(root) as s:
+    with pytest.warns(counters.CacheWarning, match="index"), LocalStore(root) as s:
         assert s.summary().entries == 3
     assert counters.snapshot()["errors"]["index"] >= 1
 

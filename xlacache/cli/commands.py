@@ -149,10 +149,10 @@ def _print_json(data: Any) -> None:
 
 
 def _stdout() -> Console:
-    """A console for tables; wide when piped so rows stay on one line for grep."""
+    """A console for tables; wide when piped so rows stay whole and on one line for grep."""
     console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=200)
+    if not console.is_terminal:
+        console = Console(width=max(200, console.width))
     return console
 
 
@@ -190,8 +190,8 @@ def _progress(description: str, count: int, steps: bool = True) -> Iterator[Call
 
 def _entries_table(infos: Iterable[EntryInfo], title: str | None = None) -> Table:
     table = Table(title=title, title_justify="left")
-    table.add_column("key", no_wrap=True)
-    table.add_column("label", overflow="fold", max_width=40)
+    table.add_column("key", no_wrap=True, min_width=12)
+    table.add_column("label", overflow="fold", min_width=8, max_width=40)
     table.add_column("size", justify="right", no_wrap=True)
     table.add_column("payload", justify="right", no_wrap=True)
     table.add_column("compile s", justify="right", no_wrap=True)

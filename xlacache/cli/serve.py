@@ -61,7 +61,9 @@ def serve_command(
     ] = None,
     upload_memory: Annotated[
         str | None,
-        typer.Option("--upload-memory", help="Bytes of uploads buffered at once (default 4GiB)."),
+        typer.Option(
+            "--upload-memory", help="Bytes of uploads in progress at once (default 4GiB)."
+        ),
     ] = None,
     request_timeout: Annotated[
         str | None, typer.Option("--request-timeout", help="Longest one RPC may run (default 10m).")
@@ -69,6 +71,22 @@ def serve_command(
     shutdown_grace: Annotated[
         str | None,
         typer.Option("--shutdown-grace", help="Time in-flight RPCs get on SIGTERM (default 30s)."),
+    ] = None,
+    fsync: Annotated[
+        bool | None,
+        typer.Option(
+            "--fsync/--no-fsync",
+            help="fsync each entry and its directory before acknowledging it (default on). "
+            "Off, a power loss may lose recent entries; reads still verify every entry.",
+        ),
+    ] = None,
+    direct_io: Annotated[
+        bool | None,
+        typer.Option(
+            "--direct-io/--no-direct-io",
+            help="Write uploads with O_DIRECT, bypassing the page cache (default off): less "
+            "CPU per stored byte, but an entry's first read comes from disk.",
+        ),
     ] = None,
     log_level: Annotated[
         str | None, typer.Option("--log-level", help="DEBUG, INFO, WARNING.")

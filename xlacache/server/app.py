@@ -34,7 +34,8 @@ class CacheServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = TokenTable.load(config.tokens)
-        self.store = LocalStore(config.store, max_size=config.max_size)
+        self.store = LocalStore(config.store, max_size=config.max_size, fsync=config.fsync)
+        self.store.remove_stale_temp_files()  # uploads of a server killed mid-way
         self.metrics = ServerMetrics(self.store.summary, config.max_size)
         self.watchdog = Watchdog()
         self.service = CacheService(self.store, config, self.tokens, self.metrics, self.watchdog)
@@ -142,6 +143,8 @@ class CacheServer:
             "xlacache serve %s: listening on %s (TLS %s), store %s, auth %s",
             __version__, self.address, self.tls_mode(), self.store.root, self.auth_mode(),
         )  # fmt: skip
+        if not self.config.fsync:
+            log.warning("fsync off (--no-fsync): a power loss may lose recently stored entries")
         if self.tokens.open:
             log.warning(
                 "serving WITHOUT authentication%s",

@@ -39,10 +39,12 @@ class ServerConfig:
     allow_open: bool = False  # serve without tokens on a non-loopback address
     workers: int = 48  # RPC threads (each running stream holds one)
     max_streams: int = 256  # concurrent RPCs (running + queued) before RESOURCE_EXHAUSTED
-    upload_memory: int = 4 * 1024**3  # bytes of uploads buffered at once; more wait
+    upload_memory: int = 4 * 1024**3  # bytes of uploads in progress at once; more wait
     request_timeout: float = 600.0  # seconds one RPC may run on the server
     shutdown_grace: float = 30.0  # seconds in-flight RPCs get after SIGTERM
     chunk_size: int = 1024 * 1024
+    fsync: bool = True  # fsync entries and their directory (off: a power loss may lose some)
+    direct_io: bool = False  # write uploads with O_DIRECT (not cached for readers)
     log_level: str = "INFO"
 
     def validate(self) -> ServerConfig:
@@ -85,6 +87,9 @@ _CONVERTERS: dict[str, Any] = {
 }
 
 
+_BOOLEANS = {"allow_open", "fsync", "direct_io"}
+
+
 def _to_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -100,7 +105,7 @@ def _convert(name: str, value: Any) -> Any:
     if value is None:
         return None
     try:
-        if name == "allow_open":
+        if name in _BOOLEANS:
             return _to_bool(value)
         if name in _CONVERTERS:
             return _CONVERTERS[name](value)

@@ -9,6 +9,7 @@ status and never take the daemon down.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import logging
@@ -26,7 +27,7 @@ from xlacache._proto.v1 import cache_pb2_grpc as pb_grpc
 from xlacache._version import __version__
 from xlacache.errors import CorruptEntryError
 from xlacache.key import is_valid_key
-from xlacache.server import wire
+from xlacache.server import diskio, wire
 from xlacache.server.auth import AuthError, Role, TokenTable
 from xlacache.server.config import ServerConfig
 from xlacache.server.limits import ByteBudget, Watchdog
@@ -41,7 +42,7 @@ SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Cache"].full_name
 MAX_BATCH_KEYS = 10_000
 DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
-UPLOAD_MEMORY_WAIT = 30.0  # seconds an upload may wait for buffer room
+UPLOAD_MEMORY_WAIT = 30.0  # seconds an upload may wait for room in upload_memory
 
 
 class RpcFailure(Exception):
@@ -84,7 +85,8 @@ class CacheService(pb_grpc.CacheServicer):
         self.tokens = tokens
         self.metrics = metrics
         self.watchdog = watchdog
-        self.uploads = ByteBudget(config.upload_memory)
+        self.uploads = ByteBudget(config.upload_memory)  # bytes of uploads in progress
+        self.buffers = diskio.BufferPool()
 
     # -- the RPCs --------------------------------------------------------------------
 
@@ -271,28 +273,47 @@ class CacheService(pb_grpc.CacheServicer):
         if not self.uploads.acquire(size, wait):
             self.metrics.rejected.labels("busy").inc()
             raise RpcFailure(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, "server busy: upload buffers full, retry later"
+                grpc.StatusCode.RESOURCE_EXHAUSTED, "server busy: too many uploads, retry later"
             )
         self.metrics.upload_memory.set(self.uploads.used)
         try:
-            blob = self._receive(first, request_iterator, context, size)
-            if not context.is_active():  # cancelled, or shutting down past the grace period
-                raise RpcFailure(grpc.StatusCode.CANCELLED, "upload cancelled; nothing stored")
-            self._store(key, blob)
+            tmp = self.store.temp_path(key)
+            with _disk_errors():
+                fd, direct = diskio.open_temp(tmp, self.config.direct_io)
+            try:
+                writer = diskio.TempWriter(fd, direct, self.buffers)
+                try:
+                    with _disk_errors():
+                        header = self._receive(first, request_iterator, context, size, writer)
+                        writer.finish()
+                finally:
+                    writer.close()
+                    os.close(fd)
+                if not context.is_active():  # cancelled, or shutting down past the grace period
+                    raise RpcFailure(grpc.StatusCode.CANCELLED, "upload cancelled; nothing stored")
+                with _disk_errors():
+                    self.store.put_file(key, tmp, header, size)  # fsync, rename, index
+            finally:
+                tmp.unlink(missing_ok=True)  # put_file consumed it, or the upload failed
         finally:
             self.uploads.release(size)
             self.metrics.upload_memory.set(self.uploads.used)
         self.metrics.bytes_in.inc(size)
         return pb.PutResponse(stored=True)
 
-    def _receive(self, first, request_iterator, context, size: int) -> bytearray:
-        """The whole upload in one buffer, checked against its declared size and digest."""
+    def _receive(
+        self, first, request_iterator, context, size: int, writer: diskio.TempWriter
+    ) -> entry.Header:
+        """Write the upload to its temp file as it arrives, checking size, header, digest.
+
+        Nothing is held but the message in hand, the writer's buffer and the entry
+        header until it is whole: the body is hashed and written chunk by chunk.
+        """
         key = first.key
-        buf = bytearray(size)
-        view = memoryview(buf)
         pos = 0
         body_hash = hashlib.sha256()
-        body_start: int | None = None
+        head = bytearray()  # prelude + header, until the header is whole
+        need: int | None = None  # prelude + header length, once the prelude is in
         header: entry.Header | None = None
         for data in _chunks(first.data, request_iterator):
             end = pos + len(data)
@@ -301,13 +322,23 @@ class CacheService(pb_grpc.CacheServicer):
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"upload longer than its declared {size} bytes",
                 )
-            view[pos:end] = data
-            if body_start is None and end >= entry.PRELUDE_SIZE:
-                body_start = self._header_end(view, end, size)
-                if body_start is not None:
-                    header = self._upload_header(key, view[:body_start], size)
-                    body_hash.update(view[body_start:end])
-            elif body_start is not None:
+            writer.write(data)
+            if header is None:
+                used = 0
+                while header is None:
+                    goal = entry.PRELUDE_SIZE if need is None else need
+                    take = data[used : used + goal - len(head)]
+                    head += take
+                    used += len(take)
+                    if len(head) < goal:
+                        break
+                    if need is None:
+                        need = self._header_length(head, size)
+                    else:
+                        header = self._upload_header(key, memoryview(head), size)
+                if header is not None:
+                    body_hash.update(data[used:])
+            else:
                 body_hash.update(data)
             pos = end
         if pos != size:
@@ -332,17 +363,17 @@ class CacheService(pb_grpc.CacheServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"entry {key}: body does not match the digest its header names",
             )
-        return buf
+        return header
 
     @staticmethod
-    def _header_end(view: memoryview, have: int, size: int) -> int | None:
+    def _header_length(prelude: bytearray, size: int) -> int:
         try:
-            need = entry.header_length(bytes(view[: entry.PRELUDE_SIZE]))
+            need = entry.header_length(bytes(prelude[: entry.PRELUDE_SIZE]))
         except CorruptEntryError as exc:
             raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, f"not an entry: {exc}") from None
         if need > size:
             raise RpcFailure(grpc.StatusCode.INVALID_ARGUMENT, "entry header longer than entry")
-        return need if have >= need else None
+        return need
 
     @staticmethod
     def _upload_header(key: str, head: memoryview, size: int) -> entry.Header:
@@ -361,14 +392,6 @@ class CacheService(pb_grpc.CacheServicer):
                 f"entry header says {len(head) + header.body_size} bytes, upload says {size}",
             )
         return header
-
-    def _store(self, key: str, blob: bytearray) -> None:
-        try:
-            self.store.put(key, blob)  # atomic: temp file, fsync, rename
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, "server disk full") from exc
-            raise RpcFailure(grpc.StatusCode.INTERNAL, f"cannot store entry: {exc}") from exc
 
     def _contains(self, request, context) -> pb.ContainsResponse:
         keys = self._batch(request.keys)
@@ -472,6 +495,17 @@ class _PutHeader:
     size: int
     payload_sha256: str
     data: memoryview
+
+
+@contextlib.contextmanager
+def _disk_errors() -> Iterator[None]:
+    """OSErrors of the store's disk as statuses (a full disk is RESOURCE_EXHAUSTED)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise RpcFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, "server disk full") from exc
+        raise RpcFailure(grpc.StatusCode.INTERNAL, f"cannot store entry: {exc}") from exc
 
 
 def _chunks(first: memoryview, rest: Iterator[bytes]) -> Iterator[memoryview]:

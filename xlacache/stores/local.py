@@ -61,12 +61,17 @@ class LocalStore(Store):
         create: bool = True,
         max_size: int | None = None,
         max_age: float | None = None,
+        fsync: bool = True,
     ) -> None:
         self.root = Path(path).expanduser().absolute()
         self.url = str(self.root)
         self.readonly = readonly
         self.max_size = max_size
         self.max_age = max_age
+        # fsync each entry and its directory before it counts as stored. Off, a power
+        # loss (never a killed process) may lose recent entries or leave torn files,
+        # which reads detect (header and body SHA-256) and remove: a miss, not bad data.
+        self.fsync = fsync
         self.entries_dir = self.root / "entries"
         self.tmp_dir = self.root / "tmp"
         self.index_path = self.root / "index.sqlite"
@@ -103,19 +108,83 @@ class LocalStore(Store):
         header = entry.read_header(blob)
         if header.key != key or not is_valid_key(key):
             raise CorruptEntryError(f"refusing to store an entry for {header.key} under {key}")
-        final = self.entry_path(key)
-        tmp = self.tmp_dir / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        tmp = self.temp_path(key)
         try:
             with open(tmp, "wb") as f:
                 f.write(blob)
                 f.flush()
-                os.fsync(f.fileno())
-            final.parent.mkdir(exist_ok=True)
-            os.replace(tmp, final)
+                if self.fsync:
+                    os.fsync(f.fileno())
+            self._install(key, tmp)
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(final.parent)
-        self._index_call(lambda ix: ix.upsert([info_from_header(header, len(blob))]))
+        self._after_install(header, len(blob))
+
+    def temp_path(self, key: str) -> Path:
+        """A fresh name in tmp/ for an entry being written (see put_file)."""
+        return self.tmp_dir / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+
+    def put_file(
+        self,
+        key: str,
+        path: str | os.PathLike,
+        header: entry.Header | None = None,
+        size: int | None = None,
+    ) -> None:
+        """Store the complete entry written to `path` (from temp_path) under `key`.
+
+        For writers that stream an entry to disk instead of holding it in memory. The
+        caller has verified the body against its header's digest. `header` is the
+        entry's header as the caller parsed and checked it from the bytes it wrote, and
+        `size` the entry's length; without a header, it is read back from the file and
+        checked here. The file's length must match. The file is fsynced, renamed into
+        place and indexed; it is consumed either way: renamed, or removed on failure.
+        """
+        tmp = Path(path)
+        try:
+            if self.readonly:
+                raise ReadOnlyError(f"{self.root} is open read-only")
+            if tmp.parent != self.tmp_dir:
+                raise ValueError(f"{tmp} is not in {self.tmp_dir}: use temp_path()")
+            with open(tmp, "rb", buffering=0) as f:
+                if header is None:
+                    head = f.read(_HEADER_PROBE)
+                    need = entry.header_length(head)
+                    if need > len(head):
+                        head += f.read(need - len(head))
+                    header = entry.read_header(head)
+                    if size not in (None, need + header.body_size):
+                        raise CorruptEntryError(f"{tmp}: its header says another length")
+                    size = need + header.body_size
+                found = os.fstat(f.fileno()).st_size
+                if header.key != key or not is_valid_key(key):
+                    raise CorruptEntryError(
+                        f"refusing to store an entry for {header.key} under {key}"
+                    )
+                if (size is not None and found != size) or (
+                    found < entry.PRELUDE_SIZE + header.body_size
+                ):
+                    raise CorruptEntryError(f"{tmp}: {found} bytes, not the entry's length")
+                if self.fsync:
+                    os.fsync(f.fileno())
+            self._install(key, tmp)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self._after_install(header, found)
+
+    def _install(self, key: str, tmp: Path) -> None:
+        """Rename a written (and, with fsync on, synced) temp file into place."""
+        final = self.entry_path(key)
+        try:
+            os.replace(tmp, final)
+        except FileNotFoundError:  # the shard's first entry (or tmp vanished: raise)
+            final.parent.mkdir(exist_ok=True)
+            os.replace(tmp, final)
+        if self.fsync:
+            _fsync_dir(final.parent)
+
+    def _after_install(self, header: entry.Header, size: int) -> None:
+        self._index_call(lambda ix: ix.upsert([info_from_header(header, size)]))
         self._enforce_limits()
 
     def contains(self, key: str) -> bool:
@@ -177,7 +246,7 @@ class LocalStore(Store):
             self._remove(doomed)
             counters.add("evictions", len(doomed))
         if not dry_run:
-            self._remove_stale_temp_files(now)
+            self.remove_stale_temp_files()
         return list(doomed.values())
 
     def verify(self, repair: bool = False) -> VerifyReport:
@@ -202,7 +271,7 @@ class LocalStore(Store):
             for path in bad:
                 path.unlink(missing_ok=True)
             self._index_call(lambda ix: ix.remove(report.corrupt))
-            self._remove_stale_temp_files(time.time())
+            self.remove_stale_temp_files()
             self._resync_index(found)
             report.repaired = True
         return report
@@ -361,9 +430,15 @@ class LocalStore(Store):
                 continue
         return stale
 
-    def _remove_stale_temp_files(self, now: float) -> None:
-        for p in self._stale_temp_files(now):
+    def remove_stale_temp_files(self) -> int:
+        """Remove writes abandoned in tmp/ (older than STALE_TEMP_SECONDS); how many."""
+        if self.readonly:
+            return 0
+        stale = self._stale_temp_files(time.time())
+        for p in stale:
             p.unlink(missing_ok=True)
+        return len(stale)
+
 
 
 def _fsync_dir(path: Path) -> None:
