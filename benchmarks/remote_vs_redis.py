@@ -263,7 +263,7 @@ def main() -> int:
     parser.add_argument(
         "--redis-aof", action="store_true", help="Redis with an AOF fsynced on every write"
     )
-    parser.add_argument("--json", default=str(ROOT / "benchmarks" / "remote_vs_redis.json"))
+    parser.add_argument("--json", default=str(ROOT / "bench-results" / "remote_vs_redis.json"))
     args = parser.parse_args()
     sizes = [int(s) * MiB for s in args.sizes.split(",")]
     clients = [int(c) for c in args.clients.split(",")]
@@ -308,6 +308,7 @@ def main() -> int:
         "xlacache_flags": args.server_arg,
         "redis_persistence": redis_persistence(args.redis_aof),
     }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(
         json.dumps({"meta": meta, "results": [asdict(r) for r in results]}, indent=2) + "\n"
     )
