@@ -33,8 +33,9 @@ def cold_then_warm(title: str, cmd: list[str], first_key: str) -> None:
         s = run["stats"]
         print(
             f"{name}: first step {run[first_key]:6.2f} s | compiled {s['misses']}, "
-            f"loaded {s['hits']} | compile {s['compile_seconds']:.2f} s, "
-            f"load {s['load_seconds']:.2f} s | loss {run['loss']:.5f}"
+            f"loaded {s['hits']} ({s['prefetch_hits']} prefetched) | "
+            f"compile {s['compile_seconds']:.2f} s, waited on loads {s['load_seconds']:.2f} s | "
+            f"loss {run['loss']:.5f}"
         )
     saved = cold[first_key] - warm[first_key]
     print(f"time saved on the first step: {saved:.2f} s ({cold[first_key] / warm[first_key]:.1f}x)")
