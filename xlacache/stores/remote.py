@@ -9,7 +9,6 @@ deadline, not one per compile. Entries are verified end to end on get.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import threading
@@ -198,7 +197,7 @@ class GrpcStore(Store):
         if blob is None:
             return None
         try:
-            verify_entry(blob, key)
+            entry.verify(blob, key)
         except CorruptEntryError:
             self.report_corrupt(key)
             raise
@@ -399,22 +398,6 @@ class GrpcStore(Store):
                 else (CacheError(message))
             )
         return CacheError(message)
-
-
-def verify_entry(blob: bytes, key: str) -> entry.Header:
-    """entry.decode's checks (header, key, length, body SHA-256) without copying the body."""
-    view = memoryview(blob)
-    end = entry.header_length(bytes(view[: entry.PRELUDE_SIZE]))
-    header = entry.read_header(view[:end])
-    if header.key != key:
-        raise CorruptEntryError(f"entry holds key {header.key}, expected {key}")
-    if len(view) - end != header.body_size:
-        raise CorruptEntryError(
-            f"entry {key}: body has {len(view) - end} of {header.body_size} bytes"
-        )
-    if hashlib.sha256(view[end:]).hexdigest() != header.payload_sha256:
-        raise CorruptEntryError(f"entry {key}: body checksum mismatch")
-    return header
 
 
 def _check_key(key: str) -> None:
