@@ -18,6 +18,17 @@ import torch
 
 os.environ.setdefault("JAX_ENABLE_X64", "0")
 
+# torch and jax leave ~250k long-lived objects behind at import; every full (gen 2) collection
+# re-scans them, ~100-200 ms each, and a training loop that records thousands of IR nodes a step
+# triggers one every few steps. Move them to the permanent generation (``gc.freeze``): they are
+# modules, functions and classes, never garbage. ``XLACACHE_LAZY_GC_FREEZE=0`` turns this off.
+if os.environ.get("XLACACHE_LAZY_GC_FREEZE", "1") != "0":
+    import gc as _gc
+
+    import jax as _jax  # noqa: F401 - imported first so its objects are frozen too
+
+    _gc.freeze()
+
 from . import _device, metrics  # noqa: E402
 from . import rng as _rng  # noqa: E402
 from . import tensor as _tensor  # noqa: E402

@@ -238,18 +238,26 @@ reg(aten.tanh_backward.default)(lambda g, y: g * (1 - y * y))
 reg(aten.threshold.default)(lambda x, t, v: jnp.where(x <= t, v, x))
 
 
-def _vjp_unary(fwd: Callable[..., Any]) -> Callable[..., Any]:
-    def bwd(g: Any, x: Any, *params: Any) -> Any:
-        _, f = jax.vjp(lambda x: fwd(x, *params), x)
-        return f(g.astype(x.dtype))[0]
+@reg(aten.gelu_backward.default)
+def _gelu_bwd(g: Any, x: Any, approximate: str = "none") -> Any:
+    # torch's formulas (GeluBackward), not jax.vjp: no re-trace of the forward per node
+    xf = _f(x)
+    if approximate == "tanh":
+        beta, kappa = math.sqrt(2.0 / math.pi), 0.044715
+        x2 = xf * xf
+        th = jnp.tanh(beta * (xf + kappa * x2 * xf))
+        d = 0.5 * (1 + th) + 0.5 * xf * (1 - th * th) * beta * (1 + 3 * kappa * x2)
+    else:
+        cdf = 0.5 * (1 + lax.erf(xf * (1 / math.sqrt(2.0))))
+        pdf = jnp.exp(-0.5 * xf * xf) * (1 / math.sqrt(2.0 * math.pi))
+        d = cdf + xf * pdf
+    return (_f(g) * d).astype(x.dtype)
 
-    return bwd
 
-
-reg(aten.gelu_backward.default)(
-    lambda g, x, approximate="none": _vjp_unary(_gelu)(g, x, approximate)
-)
-reg(aten.silu_backward.default)(_vjp_unary(jax.nn.silu))
+@reg(aten.silu_backward.default)
+def _silu_bwd(g: Any, x: Any) -> Any:
+    s = jax.nn.sigmoid(_f(x))
+    return (_f(g) * s * (1 + _f(x) * (1 - s))).astype(x.dtype)
 reg(aten.hardtanh_backward.default)(lambda g, x, lo, hi: jnp.where((x <= lo) | (x >= hi), 0, g))
 reg(aten.leaky_relu_backward.default)(lambda g, x, s, self_is_result: jnp.where(x > 0, g, g * s))
 
@@ -1046,8 +1054,17 @@ reg(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)(_nll)
 
 @reg(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
 def _nll_bwd(g: Any, x: Any, t: Any, w: Any, reduction: int, ignore: int, total: Any) -> Any:
-    _, f = jax.vjp(lambda x: _nll(x, t, w, reduction, ignore)[0], x)
-    return f(g.astype(x.dtype))[0]
+    # d loss / d x: -weight[t] * g at the target class (divided by total_weight for 'mean')
+    cdim = 0 if x.ndim == 1 else 1
+    keep = t != ignore
+    tt = jnp.where(keep, t, 0)
+    wt = jnp.ones(tt.shape, x.dtype) if w is None else w[tt].astype(x.dtype)
+    coef = -jnp.where(keep, wt, 0) * g.astype(x.dtype)
+    if reduction == 1:
+        coef = coef / total.astype(x.dtype)
+    classes = lax.broadcasted_iota(tt.dtype, x.shape, cdim)
+    hit = classes == jnp.expand_dims(tt, cdim)
+    return jnp.where(hit, jnp.expand_dims(coef, cdim), jnp.zeros((), x.dtype))
 
 
 reg(aten.mse_loss.default)(
