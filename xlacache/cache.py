@@ -193,24 +193,28 @@ class CompilationCache:
         return [i.key for i in sorted(chosen, key=lambda i: i.last_used)]
 
     def _prefetch_worker(self, futures, load_entry, ready, patience: float) -> None:
-        deadline = time.monotonic() + patience
-        while not ready():
-            if time.monotonic() > deadline:
-                for future in futures.values():
-                    future.cancel()
-                return
-            time.sleep(0.01)
-        for key, future in futures.items():
-            if not future.set_running_or_notify_cancel():
-                continue  # the request came first and loads it itself
-            value = None
-            try:
-                found = self.lookup(key)
-                if found is not None:
-                    value = (found.header, load_entry(found))
-            except Exception as exc:  # noqa: BLE001 - a failed prefetch is just a miss
-                counters.record_error("prefetch", exc)
-            future.set_result(value)
+        try:
+            deadline = time.monotonic() + patience
+            while not ready():
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
+            for key, future in futures.items():
+                if not future.set_running_or_notify_cancel():
+                    continue  # the request came first and loads it itself
+                value = None
+                try:
+                    found = self.lookup(key)
+                    if found is not None:
+                        value = (found.header, load_entry(found))
+                except Exception as exc:  # noqa: BLE001 - a failed prefetch is just a miss
+                    counters.record_error("prefetch", exc)
+                future.set_result(value)
+        finally:
+            # Whatever happened, nobody may wait forever on a prefetch.
+            for future in futures.values():
+                if not future.cancel() and not future.done():
+                    future.set_result(None)
 
     def _take_prefetched(self, key: str, context: dict):
         """(header, executable) prefetched for this key and context, else None."""
