@@ -112,13 +112,10 @@ def _open_local(settings: CacheConfig) -> LocalStore:
         return LocalStore(settings.path, readonly=True, **options)
     try:
         return LocalStore(settings.path, **options)
-    except PermissionError as exc:
-        # A directory we may read but not write (e.g. a shared read-only mount).
-        counters.record_error("permission", exc)
-        return LocalStore(settings.path, readonly=True, **options)
     except OSError as exc:
-        if exc.errno != errno.EROFS:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
+        # A directory we may read but not write (e.g. a shared read-only mount).
         counters.record_error("permission", exc)
         return LocalStore(settings.path, readonly=True, **options)
 

@@ -43,6 +43,12 @@ def error_kind(exc: BaseException) -> str:
     return "internal"
 
 
+def _count_hit(header: entry.Header, load_seconds: float) -> None:
+    counters.add("hits")
+    counters.add("load_seconds", load_seconds)
+    counters.add("compile_seconds_saved", header.compile_seconds - load_seconds)
+
+
 class CompilationCache:
     """A store plus the rules for using it during compilation."""
 
@@ -72,11 +78,8 @@ class CompilationCache:
         prefetched = self._take_prefetched(key, context or {})
         if prefetched is not None:
             header, result = prefetched
-            waited = time.perf_counter() - start
-            counters.add("hits")
             counters.add("prefetch_hits")
-            counters.add("load_seconds", waited)
-            counters.add("compile_seconds_saved", header.compile_seconds - waited)
+            _count_hit(header, time.perf_counter() - start)
             return result
         found = self.lookup(key)
         if found is not None:
@@ -87,10 +90,7 @@ class CompilationCache:
                 counters.record_error("corrupt" if isinstance(exc, CacheError) else "load", exc)
                 self.discard(key)
             else:
-                load_seconds = time.perf_counter() - start
-                counters.add("hits")
-                counters.add("load_seconds", load_seconds)
-                counters.add("compile_seconds_saved", found.header.compile_seconds - load_seconds)
+                _count_hit(found.header, time.perf_counter() - start)
                 return result
         counters.add("misses")
         start = time.perf_counter()

@@ -372,11 +372,7 @@ class LocalStore(Store):
     def _remove(self, keys) -> None:
         keys = list(keys)
         for key in keys:
-            try:
-                self.entry_path(key).unlink(missing_ok=True)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOENT,):
-                    raise
+            self.entry_path(key).unlink(missing_ok=True)
         self._index_call(lambda ix: ix.remove(keys))
 
     def _entry_files(self) -> Iterator[Path]:
