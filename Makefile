@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
+	$(PY) -m pip install -q --no-deps transformers==5.23.0
 	touch $(STAMP)
 
 demo: venv
