@@ -30,3 +30,10 @@ class TestGCSStore(StoreContract):
     def child_store_code(self, store):
         code = f"from xlacache.stores.gcs import GCSStore\nstore = GCSStore({store.url!r})"
         return code, store.gcs.env
+
+    @pytest.mark.slow
+    def test_eight_writer_processes_leave_one_valid_entry(self, store, tmp_path):
+        store.gcs.proxy.reset_log()
+        self.check_concurrent_writers(store, tmp_path, writers=8)
+        statuses = sorted(s for _, path, s in store.gcs.proxy.writes() if "/upload/" in path)
+        assert statuses == [200] + [412] * 7  # one created it; GCS refused the other seven

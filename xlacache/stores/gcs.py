@@ -294,6 +294,8 @@ class GCSStore(Store):
 
     def _touch(self, key: str, obj: ObjectInfo, now: float) -> None:
         name = entry_name(key)
+        if not self._touch_allowed:  # refused since this one was queued
+            return
         try:
             if "created" not in obj.metadata:  # the read's headers did not carry metadata
                 obj = self.objects.stat(name) or obj
