@@ -68,6 +68,18 @@ class StoreSummary:
     hits: int = 0
     compile_seconds: float = 0.0  # total compile time the stored entries represent
 
+    @classmethod
+    def of(cls, infos: Iterable[EntryInfo]) -> StoreSummary:
+        """The summary of these entries."""
+        total = cls()
+        for info in infos:
+            total.entries += 1
+            total.bytes += info.size
+            total.payload_bytes += info.payload_size
+            total.hits += info.hits
+            total.compile_seconds += info.compile_seconds
+        return total
+
     def to_dict(self) -> dict:
         return asdict(self)
 

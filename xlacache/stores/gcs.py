@@ -189,14 +189,7 @@ class GCSStore(Store):
                 yield info_from_object(key, obj)
 
     def summary(self) -> StoreSummary:
-        total = StoreSummary()
-        for info in self.list():
-            total.entries += 1
-            total.bytes += info.size
-            total.payload_bytes += info.payload_size
-            total.hits += info.hits
-            total.compile_seconds += info.compile_seconds
-        return total
+        return StoreSummary.of(self.list())
 
     def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
         if not dry_run:

@@ -214,13 +214,7 @@ class LocalStore(Store):
             result = self._index_call(lambda ix: ix.summary())
             if result is not None:
                 return result
-        total = StoreSummary()
-        for info in self._scan():
-            total.entries += 1
-            total.bytes += info.size
-            total.payload_bytes += info.payload_size
-            total.compile_seconds += info.compile_seconds
-        return total
+        return StoreSummary.of(self._scan())
 
     def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
         if self.readonly and not dry_run:
