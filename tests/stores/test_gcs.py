@@ -318,3 +318,18 @@ def test_an_unreachable_endpoint_fails_within_the_deadline(gcs):
     objects = GCSObjects(gcs.url(), endpoint_url="http://127.0.0.1:9", token="anon", timeout=2)
     with pytest.raises(StoreUnavailableError):
         objects.stat("XLACACHE")
+
+
+def test_a_writer_without_create_permission_still_reads(gcs):
+    writer = GCSStore(gcs.url())
+    key, blob = make_blob(40)
+    writer.put(key, blob)
+    gcs.proxy.fail(403, times=100, method="POST")
+    with pytest.warns(counters.CacheWarning, match="permission"):
+        fresh_prefix = GCSStore(gcs.url("elsewhere"))  # cannot create its marker
+    assert fresh_prefix.get(key) is None
+    viewer = GCSStore(gcs.url())
+    assert viewer.get(key) == blob
+    with pytest.raises(StoreUnavailableError) as caught:
+        viewer.put(*make_blob(41))
+    assert caught.value.permission_denied

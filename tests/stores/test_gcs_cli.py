@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.cli_helpers import assert_one_line_error, read_bundle, run, run_json
-from tests.conftest import make_blob
+from tests.conftest import make_blob, run_python
 from tests.stores.backends import corrupt_object
 from xlacache.stores.gcs import GCSStore
 
@@ -73,3 +73,17 @@ def test_export_bundle(filled, tmp_path):
 
 def test_a_prefix_without_a_cache_is_one_line_error(gcs):
     assert_one_line_error(run("stats", gcs.url("nothing-here")), code=2)
+
+
+def test_without_gcsfs_a_gs_url_is_a_clear_error(tmp_path):
+    code = (
+        "import sys; sys.modules['gcsfs'] = None\n"  # as if gcsfs were not installed
+        "from xlacache.cli.main import main\n"
+        "sys.argv = ['xlacache', 'stats', 'gs://bucket/prefix']\n"
+        "main()\n"
+    )
+    proc = run_python(code)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("xlacache: error:"), proc.stderr
+    assert "pip install 'xlacache[gcs]'" in lines[0]

@@ -244,6 +244,11 @@ class GCSStore(Store):
             self.objects.create(MARKER, (json.dumps(marker) + "\n").encode())
         except FileNotFoundError:
             raise NotACacheError(f"{self.url}: no such bucket") from None
+        except CacheError as exc:
+            if not getattr(exc, "permission_denied", False):
+                raise
+            # Credentials that may read but not create: still a store to read from.
+            counters.record_error("permission", exc)
 
     def _check(self, obj: ObjectInfo) -> bool:
         key = key_of(obj.name)

@@ -48,11 +48,14 @@ from xlacache.stores.remote import CircuitBreaker, RemoteAuthError
 # against an HTTP emulator); it must be off before gcsfs is imported.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
-import aiohttp  # noqa: E402 - after the environment setting above
-from fsspec.asyn import sync  # noqa: E402
-from gcsfs.core import GCSFileSystem  # noqa: E402
-from gcsfs.core import quote as _quote  # noqa: E402
-from gcsfs.retry import is_retriable  # noqa: E402
+try:  # after the environment setting above
+    import aiohttp
+    from fsspec.asyn import sync
+    from gcsfs.core import GCSFileSystem
+    from gcsfs.core import quote as _quote
+    from gcsfs.retry import is_retriable
+except ImportError as exc:  # gcsfs is an optional dependency
+    raise ConfigError(f"gs:// stores need gcsfs (pip install 'xlacache[gcs]'): {exc}") from exc
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 DEFAULT_TIMEOUT = 10.0
