@@ -27,6 +27,7 @@ Semantics:
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -44,6 +45,7 @@ DEFAULT_TOUCH_INTERVAL = 3600.0
 LABEL_LIMIT = 1024  # metadata characters kept of a label (the entry header has it all)
 _PRECHECK_BYTES = 1 << 20  # larger entries are looked for before being uploaded
 _TOUCH_WAIT_ON_CLOSE = 5.0
+_TOUCH_QUEUE = 1024  # use records waiting beyond this are dropped
 
 
 def entry_name(key: str) -> str:
@@ -134,7 +136,8 @@ class GCSStore(Store):
         self.page_size = page_size
         self._touched: dict[str, float] = {}
         self._touch_lock = threading.Lock()
-        self._touch_pool: ThreadPoolExecutor | None = None
+        self._touch_queue: queue.Queue = queue.Queue(_TOUCH_QUEUE)
+        self._toucher: threading.Thread | None = None
         self._touch_allowed = not readonly and touch_interval > 0
         if self.objects.stat(MARKER) is None:
             if not create:
@@ -183,10 +186,7 @@ class GCSStore(Store):
         return None if obj is None else info_from_object(key, obj)
 
     def list(self, page_size: int | None = None) -> Iterator[EntryInfo]:
-        for obj in self.objects.list(ENTRIES, page_size or self.page_size):
-            key = key_of(obj.name)
-            if key is not None:
-                yield info_from_object(key, obj)
+        return (info for info, _ in self._entries(page_size))
 
     def summary(self) -> StoreSummary:
         return StoreSummary.of(self.list())
@@ -194,9 +194,12 @@ class GCSStore(Store):
     def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
         if not dry_run:
             self._writable()
-        doomed = policy.select(self.list(), time.time())
-        if doomed and not dry_run:
-            self._for_each(lambda i: self.objects.delete(entry_name(i.key)), doomed)
+        listed = {info.key: (info, obj.generation) for info, obj in self._entries()}
+        doomed = policy.select((info for info, _ in listed.values()), time.time())
+        if doomed and not dry_run:  # only the generation listed: an entry made since stays
+            self._for_each(
+                lambda i: self.objects.delete(entry_name(i.key), listed[i.key][1]), doomed
+            )
             counters.add("evictions", len(doomed))
         return doomed
 
@@ -220,14 +223,21 @@ class GCSStore(Store):
     def close(self) -> None:
         """Give pending use records a bounded time to finish."""
         with self._touch_lock:
-            pool, self._touch_pool = self._touch_pool, None
-        if pool is not None:
-            done = threading.Event()
-            pool.submit(done.set)
-            done.wait(_TOUCH_WAIT_ON_CLOSE)
-            pool.shutdown(wait=False, cancel_futures=True)
+            toucher, self._toucher = self._toucher, None
+        if toucher is not None:
+            try:
+                self._touch_queue.put(None, timeout=_TOUCH_WAIT_ON_CLOSE)
+            except queue.Full:
+                return  # the daemon thread goes with the process
+            toucher.join(_TOUCH_WAIT_ON_CLOSE)
 
     # -- helpers -------------------------------------------------------------------------
+
+    def _entries(self, page_size: int | None = None) -> Iterator[tuple[EntryInfo, ObjectInfo]]:
+        for obj in self.objects.list(ENTRIES, page_size or self.page_size):
+            key = key_of(obj.name)
+            if key is not None:
+                yield info_from_object(key, obj), obj
 
     def _writable(self) -> None:
         if self.readonly:
@@ -286,9 +296,19 @@ class GCSStore(Store):
             if now - self._touched.get(key, float("-inf")) < self.touch_interval:
                 return
             self._touched[key] = now
-            if self._touch_pool is None:
-                self._touch_pool = ThreadPoolExecutor(1, thread_name_prefix="xlacache-touch")
-            self._touch_pool.submit(self._touch, key, obj, now)
+            if self._toucher is None:  # a daemon: records left at exit are not worth a wait
+                self._toucher = threading.Thread(
+                    target=self._touch_loop, name="xlacache-gcs-touch", daemon=True
+                )
+                self._toucher.start()
+            try:
+                self._touch_queue.put_nowait((key, obj, now))
+            except queue.Full:
+                counters.add("gcs_touch_failures")
+
+    def _touch_loop(self) -> None:
+        while (item := self._touch_queue.get()) is not None:
+            self._touch(*item)
 
     def _touch(self, key: str, obj: ObjectInfo, now: float) -> None:
         name = entry_name(key)
