@@ -14,11 +14,21 @@ from xlacache.stores.remote import GrpcStore
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def server(tmp_path):
-    srv = start_server(tmp_path)
+@pytest.fixture(scope="class")
+def server(tmp_path_factory):
+    """One server per test class; `emptied` gives each test an empty store."""
+    srv = start_server(tmp_path_factory.mktemp("server"))
     yield srv
     srv.stop(signal.SIGKILL)
+
+
+@pytest.fixture
+def emptied(server):
+    """The class's server, with every entry a test left behind deleted afterwards."""
+    yield server
+    with GrpcStore(server.url, timeout=10) as admin:
+        for info in list(admin.list()):
+            admin.delete(info.key)
 
 
 def server_snapshot(server):
@@ -28,9 +38,9 @@ def server_snapshot(server):
 
 class TestGrpcStore(StoreContract):
     @pytest.fixture
-    def store(self, server):
-        with GrpcStore(server.url, timeout=10) as s:
-            s.server = server
+    def store(self, emptied):
+        with GrpcStore(emptied.url, timeout=10) as s:
+            s.server = emptied
             yield s
 
     def readonly_view(self, store):

@@ -16,7 +16,7 @@ from tests.stores.backends import (
     tree_snapshot,
 )
 from tests.stores.contract import StoreContract
-from tests.stores.test_contract_grpc import server, server_snapshot  # noqa: F401 - fixture
+from tests.stores.test_contract_grpc import emptied, server, server_snapshot  # noqa: F401
 from xlacache.stores.gcs import GCSStore
 from xlacache.stores.local import LocalStore
 from xlacache.stores.remote import GrpcStore
@@ -60,10 +60,10 @@ class TieredContract(StoreContract):
 
 class TestTieredOverGrpc(TieredContract):
     @pytest.fixture
-    def store(self, tmp_path, server):  # noqa: F811
-        remote = GrpcStore(server.url, timeout=10)
+    def store(self, tmp_path, emptied):  # noqa: F811
+        remote = GrpcStore(emptied.url, timeout=10)
         with TieredStore(LocalStore(tmp_path / "local"), remote) as s:
-            s.server = server
+            s.server = emptied
             yield s
 
     def open_remote(self, store, readonly):
