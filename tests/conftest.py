@@ -16,6 +16,27 @@ from xlacache import api, counters, entry
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory):
+    """One fake-gcs-server (in memory, loopback) for the whole test session."""
+    from tests.gcsutil import Emulator
+
+    emulator = Emulator.start(tmp_path_factory.mktemp("gcs-emulator"))
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture
+def gcs(gcs_emulator, monkeypatch):
+    """A fresh bucket behind a fault-injecting proxy; STORAGE_EMULATOR_HOST names the proxy."""
+    from tests.gcsutil import FaultProxy, GCSEnv
+
+    proxy = FaultProxy(gcs_emulator.url)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    yield GCSEnv(gcs_emulator, proxy, gcs_emulator.create_bucket())
+    proxy.close()
+
+
 @pytest.fixture(autouse=True)
 def clean_xlacache_state():
     """Each test starts with no initialized cache and zeroed figures."""

@@ -4,8 +4,9 @@ Environment variables (arguments win over them):
 
     XLACACHE_DIR                local cache directory (torch_xla: XLA_PERSISTENT_CACHE_PATH)
     XLACACHE_READONLY           1/true: never write (torch_xla: XLA_PERSISTENT_CACHE_READ_ONLY)
-    XLACACHE_REMOTE             shared store URL, e.g. grpc://cache:7070
-    XLACACHE_TOKEN              bearer token for the remote (or XLACACHE_TOKEN_FILE)
+    XLACACHE_REMOTE             shared store URL: grpc://cache:7070 or gs://bucket/prefix
+    XLACACHE_TOKEN              bearer token for grpc:// (or XLACACHE_TOKEN_FILE); for gs://,
+                                gcsfs's token (a key file; unset: default credentials)
     XLACACHE_MAX_SIZE           local size cap, e.g. 20GB (least recently used go first)
     XLACACHE_MAX_AGE            drop local entries older than this, e.g. 30d
     XLACACHE_MIN_COMPILE_SECONDS  store only executables that took at least this long

@@ -9,7 +9,7 @@ bazel-remote's cache/ backends.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 
@@ -38,6 +38,27 @@ class PrunePolicy:
     older_than: float | None = None  # seconds since created
     unused_for: float | None = None  # seconds since last used
 
+    def select(self, infos: Iterable[EntryInfo], now: float) -> list[EntryInfo]:
+        """The entries this policy removes: too old or unused first, then least recently
+        used ones until the rest fit in max_size."""
+        doomed: dict[str, EntryInfo] = {}
+        survivors: list[EntryInfo] = []
+        for info in sorted(infos, key=lambda i: i.last_used):  # least recent first
+            too_old = self.older_than is not None and now - info.created > self.older_than
+            unused = self.unused_for is not None and now - info.last_used > self.unused_for
+            if too_old or unused:
+                doomed[info.key] = info
+            else:
+                survivors.append(info)
+        if self.max_size is not None:
+            excess = sum(i.size for i in survivors) - self.max_size
+            for info in survivors:
+                if excess <= 0:
+                    break
+                doomed[info.key] = info
+                excess -= info.size
+        return list(doomed.values())
+
 
 @dataclass
 class StoreSummary:
@@ -46,6 +67,18 @@ class StoreSummary:
     payload_bytes: int = 0
     hits: int = 0
     compile_seconds: float = 0.0  # total compile time the stored entries represent
+
+    @classmethod
+    def of(cls, infos: Iterable[EntryInfo]) -> StoreSummary:
+        """The summary of these entries."""
+        total = cls()
+        for info in infos:
+            total.entries += 1
+            total.bytes += info.size
+            total.payload_bytes += info.payload_size
+            total.hits += info.hits
+            total.compile_seconds += info.compile_seconds
+        return total
 
     def to_dict(self) -> dict:
         return asdict(self)
