@@ -12,6 +12,8 @@ import abc
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
+from xlacache import entry
+
 
 @dataclass(frozen=True)
 class EntryInfo:
@@ -106,6 +108,15 @@ class Store(abc.ABC):
     def verify(self, repair: bool = False) -> VerifyReport:
         """Check every entry; with repair, remove the corrupt ones."""
         raise NotImplementedError(f"{type(self).__name__} cannot verify")
+
+    def read_header(self, key: str) -> entry.Header | None:
+        """The checked header of the entry under `key`, or None when absent.
+
+        For tools that compare entries (explain, diff, trust audits). This default reads
+        the whole entry; backends override it to read only the header where they can.
+        """
+        blob = self.get(key)
+        return None if blob is None else entry.read_header(blob)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and file handles."""
