@@ -130,8 +130,10 @@ class ComponentDiff:
         }
 
 
-def compare(old: Side, new: Side) -> list[ComponentDiff]:
-    """Every component of `old` against `new`, in key order."""
+def compare(old: Side, new: Side, module_lines: bool = True) -> list[ComponentDiff]:
+    """Every component of `old` against `new`, in key order.
+
+    module_lines=False leaves out the HLO's differing lines (of unrelated programs)."""
     rows = []
     for name in COMPONENTS:
         a, b = old.components.get(name), new.components.get(name)
@@ -139,7 +141,7 @@ def compare(old: Side, new: Side) -> list[ComponentDiff]:
             rows.append(ComponentDiff(name, True, a, b))
             continue
         if name == "hlo":
-            details = _module_details(old, new)
+            details = _module_details(old, new) if module_lines else ["another program"]
         else:
             details = _summary_details(name, old.summary.get(name, {}), new.summary.get(name, {}))
         if a is None or b is None:
@@ -148,8 +150,8 @@ def compare(old: Side, new: Side) -> list[ComponentDiff]:
     return rows
 
 
-def differences(old: Side, new: Side) -> list[ComponentDiff]:
-    return [row for row in compare(old, new) if not row.same]
+def differences(old: Side, new: Side, module_lines: bool = True) -> list[ComponentDiff]:
+    return [row for row in compare(old, new, module_lines) if not row.same]
 
 
 def reason(diffs: list[ComponentDiff]) -> str:
@@ -212,7 +214,8 @@ def _module_details(old: Side, new: Side) -> list[str]:
         return ["HLO differs in what the text elides (large constants)"]
     count = sum(max(i2 - i1, j2 - j1) for _, i1, i2, j1, j2 in changes)
     _, i1, i2, j1, j2 = changes[0]
-    shown = [f"HLO differs: {count} lines changed, first at line {i1 + 1}"]
+    lines = "1 line" if count == 1 else f"{count} lines"
+    shown = [f"HLO differs: {lines} changed, first at line {i1 + 1}"]
     shown += [f"- {_clip(line)}" for line in a_lines[i1:i2][:MAX_SHOWN_LINES]]
     shown += [f"+ {_clip(line)}" for line in b_lines[j1:j2][:MAX_SHOWN_LINES]]
     return shown
@@ -294,17 +297,18 @@ def explain(store, miss: Side, max_candidates: int = MAX_CANDIDATES) -> Explanat
             best, best_count = header, count
     if best is None:
         return Explanation(miss.key, miss.label, "new_program", note="nothing stored to compare")
-    old = Side.of_header(best, lambda: _stored_module_text(store, best))
-    diffs = tuple(differences(old, miss))
+    old = Side.of_header(best, lambda: stored_module_text(store, best))
+    diffs = tuple(differences(old, miss, module_lines=bool(same_label)))
     note = "" if same_label else f"no entry labelled {miss.label}; nearest is {best.label}"
     why = reason(list(diffs)) if same_label else "new_program"
     return Explanation(miss.key, miss.label, why, diffs, best.key, best.label, compared, note)
 
 
-def _stored_module_text(store, header: entry.Header) -> str | None:
+def stored_module_text(store, header: entry.Header) -> str | None:
+    """The module text an entry kept (XLACACHE_KEEP_HLO), or None."""
     if not header.module_text_size:
         return None
-    blob = store.get(header.key)
+    blob = store.peek(header.key)
     return None if blob is None else entry.decode(blob, header.key).module_text()
 
 

@@ -327,7 +327,7 @@ def _readable(value):
 
 
 def _options_summary(serialized: bytes) -> dict:
-    """The compile options' fields people can read; debug options only where not default."""
+    """The compile options' fields people can read (XLA_FLAGS reach the debug options)."""
     from jax._src.lib import xla_client
 
     options = xla_client.CompileOptions.ParseFromString(serialized)
@@ -335,19 +335,10 @@ def _options_summary(serialized: bytes) -> dict:
     fields = {name: _readable(getattr(options, name, None)) for name in _OPTION_FIELDS}
     fields.update({f"build.{n}": _readable(getattr(build, n, None)) for n in _BUILD_FIELDS})
     fields["env_option_overrides"] = [f"{n}={v}" for n, v in options.env_option_overrides]
-    default = _default_debug_options()
     for name, value in _debug_fields(build.debug_options).items():
-        if affects_codegen(name) and value != default.get(name):
+        if affects_codegen(name):
             fields[f"debug.{name}"] = _readable(value)
     return fields
-
-
-@functools.cache
-def _default_debug_options() -> dict:
-    from jax._src.lib import xla_client
-
-    options = xla_client.CompileOptions()  # must outlive the debug options, a view into it
-    return _debug_fields(options.executable_build_options.debug_options)
 
 
 def _debug_fields(debug) -> dict:

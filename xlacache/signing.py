@@ -339,3 +339,42 @@ def audit(store, trusted: TrustedKeys) -> TrustAudit:
         else:
             getattr(report, status).append(info.key)
     return report
+
+
+@dataclass
+class SignReport:
+    signed: list[str] = field(default_factory=list)
+    already: int = 0  # signed by this key already
+    foreign: list[str] = field(default_factory=list)  # signed by another key, left alone
+    corrupt: list[str] = field(default_factory=list)
+
+
+def sign_store(store, signer: SigningKey, resign: bool = False) -> SignReport:
+    """Sign every entry of `store` that `signer` has not signed (for migrating a cache).
+
+    Entries signed by another key are left alone unless `resign`. Each entry is
+    verified, re-encoded with a signed header and the same body, and put back.
+    """
+    report = SignReport()
+    own = TrustedKeys([signer.verify_key()])
+    for info in sorted(store.list(), key=lambda i: i.key):
+        try:
+            header = store.read_header(info.key)
+            if header is None:
+                continue
+            status = own.status(header)
+            if status == "trusted":
+                report.already += 1
+                continue
+            if status == "foreign" and not resign:
+                report.foreign.append(info.key)
+                continue
+            blob = store.get(info.key)
+            if blob is None:
+                continue
+            store.put(info.key, entry.sign(blob, signer))
+        except CorruptEntryError:
+            report.corrupt.append(info.key)
+            continue
+        report.signed.append(info.key)
+    return report

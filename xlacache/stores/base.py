@@ -118,6 +118,14 @@ class Store(abc.ABC):
         blob = self.get(key)
         return None if blob is None else entry.read_header(blob)
 
+    def peek(self, key: str) -> bytes | None:
+        """The verified entry under `key`, or None, read without counting it as a use.
+
+        For tools that look at entries (explain, diff). This default is `get`; backends
+        that record uses on `get` override it.
+        """
+        return self.get(key)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and file handles."""
 

@@ -386,6 +386,15 @@ class LocalStore(Store):
             if p.name.endswith(ENTRY_SUFFIX)
         )
 
+    def peek(self, key: str) -> bytes | None:
+        """The verified entry, read without recording a hit (never touches the index)."""
+        try:
+            blob = self.entry_path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        entry.verify(blob, key)
+        return blob
+
     def read_header(self, key: str) -> entry.Header | None:
         """The entry's header, read from the front of its file (never touches the index)."""
         try:
