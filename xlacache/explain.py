@@ -2,8 +2,9 @@
 
 Every entry's header records the digest of each key component (`xlacache.key`) and a
 readable summary of it. On a miss, `Explainer` looks for stored entries with the same
-label (the module name), else the most recent ones, picks the one that differs in the
-fewest components, and names what differs, with values where they are readable::
+label (the module name), else the most recent ones, picks the nearest (the same HLO
+first, then the fewest differing components), and names what differs, with values
+where they are readable::
 
     xlacache: miss jit_step 3f2a9c01d4e7: flags: XLA flags: `--xla_cpu_enable_fast_math=true`
     added (nearest 9be0417c22aa, 2 compared)
@@ -282,7 +283,7 @@ def explain(store, miss: Side, max_candidates: int = MAX_CANDIDATES) -> Explanat
     same_label = [i for i in newest_first if i.label == miss.label]
     pool = (same_label or newest_first)[:max_candidates]
     best: entry.Header | None = None
-    best_count = len(COMPONENTS) + 1
+    best_rank = (True, len(COMPONENTS) + 1)
     compared = 0
     for info in pool:
         try:
@@ -292,9 +293,9 @@ def explain(store, miss: Side, max_candidates: int = MAX_CANDIDATES) -> Explanat
         if header is None:
             continue
         compared += 1
-        count = sum(header.components.get(c) != miss.components.get(c) for c in COMPONENTS)
-        if count < best_count:
-            best, best_count = header, count
+        rank = _distance(header.components, miss.components)
+        if rank < best_rank:
+            best, best_rank = header, rank
     if best is None:
         return Explanation(miss.key, miss.label, "new_program", note="nothing stored to compare")
     old = Side.of_header(best, lambda: stored_module_text(store, best))
@@ -302,6 +303,12 @@ def explain(store, miss: Side, max_candidates: int = MAX_CANDIDATES) -> Explanat
     note = "" if same_label else f"no entry labelled {miss.label}; nearest is {best.label}"
     why = reason(list(diffs)) if same_label else "new_program"
     return Explanation(miss.key, miss.label, why, diffs, best.key, best.label, compared, note)
+
+
+def _distance(old: Mapping[str, str], new: Mapping[str, str]) -> tuple[bool, int]:
+    """How far apart two keys are: the same program first, then fewest differences."""
+    count = sum(old.get(c) != new.get(c) for c in COMPONENTS)
+    return old.get("hlo") != new.get("hlo"), count
 
 
 def stored_module_text(store, header: entry.Header) -> str | None:
