@@ -261,9 +261,10 @@ _CHIP_ATTRIBUTES = ("coords", "core_on_chip", "slice_index")
 def _machine(backend, devices) -> str:
     from jax._src.lib import xla_client
 
-    try:
-        if backend.platform == "cpu":
+    if backend.platform == "cpu":
+        with contextlib.suppress(Exception):  # else the local topology: exact, per process
             return _cpu_machine()
+    try:
         return str(xla_client.get_topology_for_devices(list(devices.flat)).fingerprint())
     except Exception:  # noqa: BLE001 - backends without topology: the device list serves
         return ""
