@@ -35,14 +35,22 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # after PYTHONPATH: another checkout's xlacache wins
 
 
-def median_ms(fn, reps: int) -> float:
-    fn()  # warm: page cache, lazy imports
-    times = []
+def interleaved_ms(fns: dict, reps: int) -> dict[str, float]:
+    """Median milliseconds of each function, timed in turn within every repetition so
+    that a busy machine slows them alike."""
+    for fn in fns.values():
+        fn()  # warm: page cache, lazy imports
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) * 1000 for name, t in times.items()}
+
+
+def median_ms(fn, reps: int) -> float:
+    return interleaved_ms({"fn": fn}, reps)["fn"]
 
 
 def never(*_):
@@ -61,7 +69,8 @@ def signature_figures(workdir: Path, reps: int) -> dict:
     store.put(plain_key, entry.encode(plain_key, payload, compile_seconds=5.0))
     figures["entry_bytes"] = store.stat(plain_key).size
     plain = CompilationCache(store)
-    figures["lookup_unsigned_no_trust_ms"] = median_ms(lambda: plain.lookup(plain_key), reps)
+    lookups = {"lookup_unsigned_no_trust_ms": lambda: plain.lookup(plain_key)}
+    checks = {}
     for n, kind in enumerate(("hmac", "ed25519"), start=1):
         private, public = signing.generate(kind)
         signer, trusted = signing.load_signing_key(private), signing.load_trusted_keys(public)
@@ -69,9 +78,11 @@ def signature_figures(workdir: Path, reps: int) -> dict:
         store.put(key, entry.encode(key, payload, compile_seconds=5.0, signer=signer))
         cache = CompilationCache(store, trusted=trusted)
         assert cache.lookup(key) is not None
-        figures[f"lookup_signed_{kind}_ms"] = median_ms(lambda c=cache, k=key: c.lookup(k), reps)
+        lookups[f"lookup_signed_{kind}_ms"] = lambda c=cache, k=key: c.lookup(k)
         header = store.read_header(key)
-        figures[f"check_only_{kind}_ms"] = median_ms(lambda t=trusted, h=header: t.check(h), reps)
+        checks[f"check_only_{kind}_ms"] = lambda t=trusted, h=header: t.check(h)
+    figures.update(interleaved_ms(lookups, reps))
+    figures.update(interleaved_ms(checks, reps * 10))
     return figures
 
 
@@ -136,6 +147,7 @@ def hit_path_figures(workdir: Path, reps: int, small: bool) -> dict:
     def deserialize(payload):
         return backend.deserialize_executable(payload, executable_devices, options)
 
+    hits = {}
     for name, ex in (("off", None), ("on", explainer)):
         cache = CompilationCache(store, explainer=ex)
 
@@ -143,10 +155,14 @@ def hit_path_figures(workdir: Path, reps: int, small: bool) -> dict:
             return cache.get_or_compile(ident.key, compile=never, load=load, serialize=never,
                                         identity=ident)  # fmt: skip
 
-        figures[f"hit_no_deserialize_explain_{name}_ms"] = median_ms(hit, reps)
-        figures[f"hit_with_deserialize_explain_{name}_ms"] = median_ms(
-            lambda hit=hit: hit(load=deserialize), max(3, reps // 10)
-        )
+        hits[name] = hit
+    no_load = {f"hit_no_deserialize_explain_{n}_ms": h for n, h in hits.items()}
+    figures.update(interleaved_ms(no_load, reps))
+    loading = {
+        f"hit_with_deserialize_explain_{n}_ms": lambda h=h: h(load=deserialize)
+        for n, h in hits.items()
+    }
+    figures.update(interleaved_ms(loading, max(3, reps // 10)))
     return figures
 
 

@@ -124,7 +124,7 @@ def summarize(inputs: KeyInputs) -> dict[str, dict]:
     }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Identity:
     """A key with its named components: what an entry header records and a miss explains.
 
