@@ -68,10 +68,15 @@ def run_python(
     prefix: list[str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter (optionally under a command prefix such as unshare)."""
+    cmd = [*(prefix or []), sys.executable, "-c", textwrap.dedent(code), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=child_env(env), timeout=timeout)
+
+
+def child_env(env: dict | None = None) -> dict:
+    """This environment without xlacache/XLA settings, plus `env`."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("XLACACHE_", "XLA_"))}
     full_env.update(env or {})
-    cmd = [*(prefix or []), sys.executable, "-c", textwrap.dedent(code), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+    return full_env
 
 
 def run_json(code: str, *args: str, **kw) -> dict:

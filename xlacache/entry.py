@@ -7,21 +7,26 @@ Layout of an encoded entry::
     u32 big-endian          header length H
     32 bytes                SHA-256 of the header bytes
     H bytes                 header: UTF-8 JSON (see Header)
-    body                    zstd-compressed serialized executable
+    body                    zstd-compressed serialized executable, then (only when
+                            asked to keep it) the zstd-compressed module text
 
 The header names the body's SHA-256 and length, so a flipped byte anywhere or a
-truncated file is caught by `decode` before anything is deserialized.
+truncated file is caught by `decode` before anything is deserialized. A signed entry
+carries its signer's key id and a signature over `signed_form(header)` in the header
+(see `xlacache.signing`); the header names the body's digest, so that covers both.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import platform
 import socket
 import struct
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Protocol
 
 import zstandard
 
@@ -29,12 +34,13 @@ from xlacache._version import __version__
 from xlacache.errors import CorruptEntryError
 
 MAGIC = b"XLAC"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: key components, summary, module text, signature
 _PRELUDE = struct.Struct(">4sHI32s")  # magic, version, header length, header sha256
 PRELUDE_SIZE = _PRELUDE.size
 MAX_HEADER_SIZE = 1 << 20
 COMPRESSION = "zstd"
 _ZSTD_LEVEL = 3
+MAX_MODULE_TEXT = 1 << 30
 
 
 def _producer() -> dict[str, str]:
@@ -70,9 +76,44 @@ class Header:
     # What loading needs besides the payload (JAX: compile options, device ids), so
     # an entry can be loaded ahead of the request for it (see CompilationCache.prefetch).
     context: dict = field(default_factory=dict)
+    # Cache identity component by component (xlacache.key), for explaining misses.
+    components: dict = field(default_factory=dict)  # component name -> hex SHA-256
+    summary: dict = field(default_factory=dict)  # component name -> readable fields
+    module_text_size: int = 0  # trailing body bytes: the zstd-compressed module text
+    signer: str = ""  # key id of the signing key; "" when unsigned
+    signature: str = ""  # base64 signature over signed_form(header)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+class Signer(Protocol):
+    """What signs entries (xlacache.signing.SigningKey)."""
+
+    key_id: str
+
+    def sign(self, data: bytes) -> bytes: ...
+
+
+SIGNATURE_DOMAIN = b"xlacache-entry-signature-v1\n"
+
+
+def signed_form(header: Header) -> bytes:
+    """The bytes a signature covers: a fixed prefix, then the header as canonical JSON
+    (sorted keys, no spaces, ASCII) without its "signature" field. The header names the
+    key, the signer and the body's SHA-256 and size, so the signature binds them all."""
+    fields = header.to_dict()
+    del fields["signature"]
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return SIGNATURE_DOMAIN + text.encode()
+
+
+def _signed(header: Header, signer: Signer | None) -> Header:
+    if signer is None:
+        return header
+    header = replace(header, signer=signer.key_id, signature="")
+    signature = base64.b64encode(signer.sign(signed_form(header))).decode()
+    return replace(header, signature=signature)
 
 
 @dataclass(frozen=True)
@@ -82,10 +123,21 @@ class Entry:
 
     def payload(self) -> bytes:
         """The serialized executable (decompressed; zstd checks its own frame checksum)."""
+        end = len(self.body) - self.header.module_text_size
+        return self._decompress(self.body[:end], self.header.payload_size)
+
+    def module_text(self) -> str | None:
+        """The stripped module text, where the writer kept it (XLACACHE_KEEP_HLO)."""
+        if not self.header.module_text_size:
+            return None
+        tail = self.body[len(self.body) - self.header.module_text_size :]
+        return self._decompress(tail, MAX_MODULE_TEXT).decode("utf-8", "replace")
+
+    def _decompress(self, data, limit: int) -> bytes:
+        if not 0 <= self.header.module_text_size <= len(self.body):
+            raise CorruptEntryError(f"entry {self.header.key}: module text size out of range")
         try:
-            return zstandard.ZstdDecompressor().decompress(
-                self.body, max_output_size=self.header.payload_size
-            )
+            return zstandard.ZstdDecompressor().decompress(data, max_output_size=limit)
         except zstandard.ZstdError as exc:
             raise CorruptEntryError(f"entry {self.header.key}: cannot decompress: {exc}") from exc
 
@@ -99,9 +151,19 @@ def encode(
     platform_name: str = "",
     created: float | None = None,
     context: dict | None = None,
+    components: dict | None = None,
+    summary: dict | None = None,
+    module_text: str | None = None,
+    signer: Signer | None = None,
 ) -> bytes:
-    """Build an encoded entry for `payload` (a serialized executable) under `key`."""
-    body = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True).compress(payload)
+    """Build an encoded entry for `payload` (a serialized executable) under `key`.
+
+    `components` and `summary` describe the key (xlacache.key.Identity); `module_text`
+    is kept compressed after the executable; `signer` signs the header.
+    """
+    compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True)
+    text = compressor.compress(module_text.encode()) if module_text else b""
+    body = compressor.compress(payload) + text
     header = Header(
         key=key,
         payload_sha256=hashlib.sha256(body).hexdigest(),
@@ -113,7 +175,20 @@ def encode(
         platform=platform_name,
         producer=_producer(),
         context=context or {},
+        components=components or {},
+        summary=summary or {},
+        module_text_size=len(text),
     )
+    return _pack(_signed(header, signer), body)
+
+
+def sign(blob: bytes | memoryview, signer: Signer) -> bytes:
+    """The verified entry `blob`, re-encoded with its header signed by `signer`."""
+    found = decode(blob)
+    return _pack(_signed(found.header, signer), found.body)
+
+
+def _pack(header: Header, body: bytes | memoryview) -> bytes:
     header_bytes = json.dumps(header.to_dict(), sort_keys=True).encode()
     prelude = _PRELUDE.pack(
         MAGIC, FORMAT_VERSION, len(header_bytes), hashlib.sha256(header_bytes).digest()

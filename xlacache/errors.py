@@ -27,3 +27,16 @@ class StoreUnavailableError(CacheError):
 
 class EntryTooLargeError(CacheError):
     """An entry is larger than the store accepts."""
+
+
+class UntrustedEntryError(CacheError):
+    """An entry not signed by a trusted key: unsigned, foreign, or a bad signature.
+
+    `reason` is "unsigned", "foreign" or "bad_signature".
+    """
+
+    kind = "untrusted"
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason

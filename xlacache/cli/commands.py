@@ -18,6 +18,7 @@ import re
 import tarfile
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -36,7 +37,7 @@ from rich.progress import (
 from rich.table import Table
 from typer.core import TyperCommand
 
-from xlacache import entry
+from xlacache import entry, signing
 from xlacache._version import __version__
 from xlacache.errors import CacheError, CorruptEntryError, NotACacheError
 from xlacache.key import is_valid_key
@@ -343,24 +344,43 @@ def verify(
     ] = False,
     as_json: JsonOpt = False,
     token: TokenOpt = None,
+    trusted_keys: Annotated[
+        str | None,
+        typer.Option(
+            "--trusted-keys",
+            help="Also check signatures: report entries not signed by one of these keys "
+            "(comma-separated key texts or files; see docs/trust.md). Exit 1 if any.",
+        ),
+    ] = None,
 ) -> None:
     """Check every entry's checksums; exit 1 on corrupt entries unless --repair.
 
     Without --repair the cache is opened read-only.
 
-    --json prints one object:
+    --json prints one object ("trust" only with --trusted-keys):
       {"store": URL, "checked": int, "corrupt": [KEY, ...], "repaired": bool,
-      "stale_temp_files": int}
+      "stale_temp_files": int, "trust": {"checked": int, "trusted": int,
+      "unsigned": [KEY, ...], "foreign": [KEY, ...], "bad_signature": [KEY, ...],
+      "unreadable": [KEY, ...]}}
     """
+    trusted = None if trusted_keys is None else signing.load_trusted_keys(trusted_keys)
     with _open(path, readonly=not repair, token=token) as store:
         expected = store.summary().entries
         with _progress(f"verifying {_plural(expected, 'entry')}", expected, steps=False):
             report = store.verify(repair=repair)
+        audit = None if trusted is None else signing.audit(store, trusted)
         url = store.url
     if as_json:
-        _print_json({"store": url, **report.to_dict()})
+        trust = {} if audit is None else {"trust": asdict(audit)}
+        _print_json({"store": url, **report.to_dict(), **trust})
     else:
         _print_verify(url, report.checked, report.corrupt, report.repaired)
+        if audit is not None:
+            _print_audit(audit)
+    if audit is not None and audit.untrusted:
+        raise OperationFailed(
+            f"{_plural(audit.untrusted, 'entry')} in {url} not signed by a trusted key"
+        )
     if report.corrupt and not repair:
         raise OperationFailed(
             f"{_plural(len(report.corrupt), 'corrupt entry')} in {url} "
@@ -374,6 +394,17 @@ def _print_verify(url: str, checked: int, corrupt: list[str], repaired: bool) ->
         console.print(f"corrupt: {key}" + (" (removed)" if repaired else ""))
     state = "removed" if repaired and corrupt else "found"
     console.print(f"checked {_plural(checked, 'entry')} in {url}: {len(corrupt)} corrupt {state}")
+
+
+def _print_audit(audit: signing.TrustAudit) -> None:
+    console = _stdout()
+    for status in ("unsigned", "foreign", "bad_signature"):
+        for key in getattr(audit, status):
+            console.print(f"{status.replace('_', ' ')}: {key}")
+    console.print(
+        f"signatures: {audit.trusted} trusted, {len(audit.unsigned)} unsigned, "
+        f"{len(audit.foreign)} signed by other keys, {len(audit.bad_signature)} bad"
+    )
 
 
 def _normalize_key(text: str) -> str:

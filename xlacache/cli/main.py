@@ -1,14 +1,15 @@
 """Entry point of the `xlacache` console script.
 
 Each command group lives in its own module and registers itself on `app`:
-`commands` (inspect, stats, prune, verify, rm, export, import) and `serve`.
+`commands` (inspect, stats, prune, verify, rm, export, import), `explain` (explain,
+diff), `trust` (sign, keygen) and `serve`.
 """
 
 from __future__ import annotations
 
 import typer
 
-from xlacache.cli import commands, serve
+from xlacache.cli import commands, explain, serve, trust
 
 app = typer.Typer(
     name="xlacache",
@@ -18,6 +19,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 commands.register(app)
+explain.register(app)
+trust.register(app)
 serve.register(app)
 
 

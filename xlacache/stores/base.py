@@ -12,6 +12,8 @@ import abc
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
+from xlacache import entry
+
 
 @dataclass(frozen=True)
 class EntryInfo:
@@ -139,6 +141,23 @@ class Store(abc.ABC):
     def verify(self, repair: bool = False) -> VerifyReport:
         """Check every entry; with repair, remove the corrupt ones."""
         raise NotImplementedError(f"{type(self).__name__} cannot verify")
+
+    def read_header(self, key: str) -> entry.Header | None:
+        """The checked header of the entry under `key`, or None when absent.
+
+        For tools that compare entries (explain, diff, trust audits). This default reads
+        the whole entry; backends override it to read only the header where they can.
+        """
+        blob = self.get(key)
+        return None if blob is None else entry.read_header(blob)
+
+    def peek(self, key: str) -> bytes | None:
+        """The verified entry under `key`, or None, read without counting it as a use.
+
+        For tools that look at entries (explain, diff). This default is `get`; backends
+        that record uses on `get` override it.
+        """
+        return self.get(key)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and file handles."""

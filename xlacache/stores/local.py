@@ -364,16 +364,36 @@ class LocalStore(Store):
             if p.name.endswith(ENTRY_SUFFIX)
         )
 
+    def peek(self, key: str) -> bytes | None:
+        """The verified entry, read without recording a hit (never touches the index)."""
+        try:
+            blob = self.entry_path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        entry.verify(blob, key)
+        return blob
+
+    def read_header(self, key: str) -> entry.Header | None:
+        """The entry's header, read from the front of its file (never touches the index)."""
+        try:
+            return self._read_header_file(self.entry_path(key))[0]
+        except FileNotFoundError:
+            return None
+
+    def _read_header_file(self, path: Path) -> tuple[entry.Header, int]:
+        """(header, file size) from the front of an entry file."""
+        with open(path, "rb") as f:
+            head = f.read(_HEADER_PROBE)
+            need = entry.header_length(head)
+            if need > len(head):
+                head += f.read(need - len(head))
+            size = os.fstat(f.fileno()).st_size
+        return entry.read_header(head), size
+
     def _read_info(self, path: Path) -> EntryInfo | None:
         """Entry info from a file's header alone; None for an unreadable one."""
         try:
-            with open(path, "rb") as f:
-                head = f.read(_HEADER_PROBE)
-                need = entry.header_length(head)
-                if need > len(head):
-                    head += f.read(need - len(head))
-                size = os.fstat(f.fileno()).st_size
-            return info_from_header(entry.read_header(head), size)
+            return info_from_header(*self._read_header_file(path))
         except (CorruptEntryError, OSError):
             return None
 
