@@ -28,7 +28,16 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from . import _device, metrics, rng
-from .graph import Node, Placeholder, data_node, scalar_node
+from .graph import (
+    Node,
+    Placeholder,
+    avals_code,
+    data_node,
+    op_code,
+    placeholder,
+    scalar_node,
+)
+from .identity import UnencodableAttribute, encode, node_prefix
 from .lowering import LOWERINGS, STATIC_SCALAR_OPS, jax_dtype
 
 aten = torch.ops.aten
@@ -274,7 +283,7 @@ class _Ctx:
         if i is None:
             i = self.keys[k] = len(self.inputs)
             self.inputs.append(v)
-        return Placeholder(i)
+        return placeholder(i)
 
 
 def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
@@ -315,20 +324,24 @@ def _record(func: Any, args: tuple, kwargs: dict) -> Any:
         tkw[k] = t
         mkw[k] = m
     attrs = (tuple(targs), tuple(sorted(tkw.items())) if tkw else ())
-    ck = (func, attrs, tuple(n.avals[i] for n, i in ctx.inputs))
-    mout = _META_CACHE.get(ck)
-    if mout is None:
+    akey = encode(attrs)  # exact and typed: 2 and 2.0, -1 and -2, 0.0 and -0.0 differ
+    ck = (func, akey, tuple([n.avals[i] for n, i in ctx.inputs]))
+    hit = _META_CACHE.get(ck)
+    if hit is None:
         try:
             mout = func(*margs, **mkw)
         except Exception as e:  # noqa: BLE001 - re-raised with the op's name
             raise RuntimeError(f"xlacache.lazy: shape inference failed for {func}: {e}") from e
+        outs = [mout] if isinstance(mout, torch.Tensor) else list(mout)
+        avals = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in outs)
+        hit = (mout, avals, node_prefix(op_code(func), akey, avals_code(avals)))
         if len(_META_CACHE) > 200_000:
             _META_CACHE.clear()
-        _META_CACHE[ck] = mout
+        _META_CACHE[ck] = hit
+    mout, avals, prefix = hit
     single = isinstance(mout, torch.Tensor)
     outs = [mout] if single else list(mout)
-    avals = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in outs)
-    node = Node(func, tuple(ctx.inputs), attrs, avals, func=func)
+    node = Node(func, tuple(ctx.inputs), attrs, avals, func=func, prefix=prefix)
     wrapped = [None if o is None else _wrap(o, (node, i)) for i, o in enumerate(outs)]
     if func.is_view and isinstance(args[0], LazyTensor) and single:
         base = args[0]
@@ -410,7 +423,10 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     if func in LOWERINGS:
         if func in _MAYBE_DYNAMIC and _dynamic_shape(func, args):
             return _cpu_fallback(func, args, kwargs, warn=False)
-        return _record(func, args, kwargs)
+        try:
+            return _record(func, args, kwargs)
+        except UnencodableAttribute:  # never approximate an attribute: run the op on CPU
+            return _cpu_fallback(func, args, kwargs)
     if func in _DYNAMIC:
         return _cpu_fallback(func, args, kwargs, warn=False)
     name = func._schema.name.split("::")[1]
@@ -584,7 +600,7 @@ def random_tensor(kind: str, shape: tuple, dtype: torch.dtype, params: tuple, kw
     for p in list(params) + [kw[k] for k in sorted(kw) if k != "generator"]:
         if isinstance(p, LazyTensor):
             inputs.append(value(p))
-            static.append(Placeholder(len(inputs) - 1))
+            static.append(placeholder(len(inputs) - 1))
         else:
             static.append(p)
     node = Node(
