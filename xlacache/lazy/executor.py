@@ -23,12 +23,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
 from . import metrics, rng
-from .graph import DATA, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
+from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key
 from .lowering import LOWERINGS, jax_dtype, lower_random
-from .tensor import _LOCK, LazyTensor, live_tensors, value
+from .record import value
+from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors
+from .transfer import to_host
 
 
 @dataclass
@@ -141,11 +144,11 @@ def _build(order: list[Node], pos: dict[int, int], outs: list[tuple[Node, int]])
             n_sc += 1
         else:
             ins = tuple((pos[id(m)], k) for m, k in n.inputs)
-            if n.op == "random":
+            if n.op == RANDOM:
                 kind, idx, shape, dtype, params = n.attrs
                 fn = _random_lowering(kind, idx, shape, dtype, params)
                 phs = tuple(placeholder(j) for j in range(len(ins)))
-                steps.append((i, _Step(fn, phs, {}, ins, n.avals, "random")))
+                steps.append((i, _Step(fn, phs, {}, ins, n.avals, RANDOM)))
                 continue
             targs, tkw = n.attrs
             steps.append((i, _Step(LOWERINGS[n.func], targs, dict(tkw), ins, n.avals, str(n.func))))
@@ -213,11 +216,15 @@ def materialize(tensors: list[LazyTensor]) -> None:
     _run(tensors, donate=False)
 
 
+def to_cpu(t: LazyTensor) -> torch.Tensor:
+    """Run the graph ``t`` needs, then copy its value to CPU (``TransferFromDevice``)."""
+    materialize([t])
+    return to_host(value(t)[0], t.dtype)
+
+
 def sync(wait: bool = False) -> None:
     """Run everything pending (``mark_step``); buffers of overwritten device data are donated."""
-    with _LOCK:
-        from .tensor import flush_trace_metrics
-
+    with LOCK:
         flush_trace_metrics()
         metrics.counter_inc("MarkStep")
         _run(live_tensors(), donate=True)
@@ -235,7 +242,7 @@ def wait_device_ops() -> None:
 
 
 def _run(targets: list[LazyTensor], donate: bool) -> None:
-    with _LOCK:
+    with LOCK:
         t_start = time.perf_counter_ns()
         outs: list[tuple[Node, int]] = []
         out_ix: dict[tuple[int, int], int] = {}

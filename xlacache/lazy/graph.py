@@ -17,6 +17,7 @@ from .identity import Placeholder, encode, encode_avals, node_digest, node_prefi
 __all__ = [
     "DATA",
     "LEAF_OPS",
+    "RANDOM",
     "RNG",
     "SCALAR",
     "Node",
@@ -25,6 +26,7 @@ __all__ = [
     "data_node",
     "op_code",
     "placeholder",
+    "rng_node",
     "scalar_node",
     "toposort",
 ]
@@ -87,6 +89,9 @@ DATA = "data"  # device data: ``data`` is a jax array
 SCALAR = "scalar"  # a Python float that may change between steps: a graph input, not a constant
 RNG = "rng"  # the RNG key of one trace epoch: ``data`` is a uint32[2] numpy array
 LEAF_OPS = frozenset((DATA, SCALAR, RNG))
+RANDOM = (
+    "random"  # a random draw (``random_ops.random_tensor``): inputs are the RNG leaf and tensors
+)
 _LEAF_PREFIX: dict[tuple, bytes] = {}
 
 
