@@ -36,6 +36,7 @@ from . import random_ops as _random_ops  # noqa: E402, F401 - registers its hand
 from . import rng as _rng  # noqa: E402
 from . import special as _special  # noqa: E402, F401 - registers its handlers
 from . import tensor as _tensor  # noqa: E402
+from . import views as _views  # noqa: E402, F401 - registers its handlers
 from .executor import (  # noqa: E402
     clear_compiled_cache,
     compiled_cache_size,

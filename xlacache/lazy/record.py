@@ -19,7 +19,7 @@ import torch
 from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
 from .identity import encode, node_prefix
 from .lowering import STATIC_SCALAR_OPS
-from .tensor import Cell, LazyTensor, wrap
+from .tensor import Cell, LazyTensor, tracing_nested, wrap
 from .transfer import to_device
 
 aten = torch.ops.aten
@@ -33,7 +33,7 @@ def value(t: LazyTensor | Cell) -> tuple[Node, int]:
     if root is not None and t._rgen != root._gen:
         v: Any = root
         for f, rest, kw in t._chain:
-            v = record(f, (v, *rest), kw, track_view=False)
+            v = record(f, (v, *rest), kw, as_view=False)
         t._v = v._v
         t._rgen = root._gen
     return t._v
@@ -57,7 +57,7 @@ def assign(t: LazyTensor, new: LazyTensor) -> None:
         return
     bases: list[Any] = [root]
     for f, rest, kw in c._chain[:-1]:
-        bases.append(record(f, (bases[-1], *rest), kw, track_view=False))
+        bases.append(record(f, (bases[-1], *rest), kw, as_view=False))
     cur = new
     # an alias of the root has an empty chain (and one base): the new value is the root's
     for (f, rest, kw), base in zip(reversed(c._chain), reversed(bases), strict=False):
@@ -135,9 +135,10 @@ def _scalar_args(func: Any) -> tuple[frozenset[int], frozenset[str]]:
 class _Ctx:
     """The inputs of the node being recorded, each value once."""
 
-    __slots__ = ("inputs", "keys")
+    __slots__ = ("func", "inputs", "keys")
 
-    def __init__(self) -> None:
+    def __init__(self, func: Any) -> None:
+        self.func = func
         self.inputs: list[tuple[Node, int]] = []
         self.keys: dict[tuple[int, int], int] = {}
 
@@ -159,6 +160,8 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
             return ctx.add((scalar_node(x.item()), 0)), torch.empty(
                 (), dtype=x.dtype, device="meta"
             )
+        if x.dim() and not tracing_nested() and ctx.func not in _CPU_TENSORS_OK:
+            raise _mixed_devices(ctx.func, x)
         lt = to_device(x)
         return ctx.add(value(lt)), lt._meta
     if isinstance(x, (list, tuple)):
@@ -175,12 +178,32 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
     return x, x
 
 
-def record(func: Any, args: tuple, kwargs: dict, track_view: bool = True) -> Any:
+# ops that take CPU tensors along with xla ones in eager PyTorch too (index tensors and values)
+_CPU_TENSORS_OK = {
+    aten.index.Tensor,
+    aten._unsafe_index.Tensor,
+    aten.index_put.default,
+    aten._unsafe_index_put.default,
+}
+
+
+def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
+    return RuntimeError(
+        f"Input tensor is not an XLA tensor: {x.type()} of shape {list(x.shape)} given to {func} "
+        "with xla tensors. Move it with .to(xl.device()); a module must be moved as a whole "
+        "(module.to(device)) before it is applied to device tensors. Only 0-dim CPU tensors mix "
+        "with device tensors, as scalars."
+    )
+
+
+def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True) -> Any:
     """Record ``func`` as one IR node and return lazy tensors for its outputs.
 
-    Raises ``identity.UnencodableAttribute`` for an attribute that cannot be keyed exactly.
+    The output of a view op on a lazy tensor is tracked as a view of that tensor's storage
+    (``as_view=False``: a plain value). Raises ``identity.UnencodableAttribute`` for an
+    attribute that cannot be keyed exactly.
     """
-    ctx = _Ctx()
+    ctx = _Ctx(func)
     spos, snames = _scalar_args(func)
     targs, margs = [], []
     for i, a in enumerate(args):
@@ -202,8 +225,10 @@ def record(func: Any, args: tuple, kwargs: dict, track_view: bool = True) -> Any
     node = Node(func, tuple(ctx.inputs), attrs, avals, func=func, prefix=prefix)
     if isinstance(mout, torch.Tensor):
         out = wrap(mout, (node, 0))
-        if track_view and func.is_view and isinstance(args[0], LazyTensor):
-            _track_view(out, args[0], func, args, kwargs)
+        if as_view and func.is_view and isinstance(args[0], LazyTensor):
+            b = args[0]._c
+            chain = (*b._chain, (func, tuple(args[1:]), kwargs))
+            track_view(out, b._root if b._root is not None else b, chain)
         return out
     wrapped = [None if o is None else wrap(o, (node, i)) for i, o in enumerate(mout)]
     return wrapped if isinstance(mout, list) else tuple(wrapped)
@@ -222,9 +247,9 @@ def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, tuple, by
     return mout, avals, node_prefix(op_code(func), akey, avals_code(avals))
 
 
-def _track_view(out: LazyTensor, base: LazyTensor, func: Any, args: tuple, kwargs: dict) -> None:
-    b, o = base._c, out._c
-    root = b._root if b._root is not None else b
+def track_view(out: LazyTensor, root: Cell, chain: tuple) -> None:
+    """Make ``out`` the view of ``root``'s storage that the view ops ``chain`` give."""
+    o = out._c
     o._root = root
-    o._chain = (*b._chain, (func, tuple(args[1:]), kwargs))
+    o._chain = chain
     o._rgen = root._gen

@@ -120,15 +120,6 @@ def _unbind(args: tuple, kwargs: dict) -> tuple:
     return tuple(dispatch(aten.select.int, (t, dim, i), {}) for i in range(t.shape[dim]))
 
 
-@special(aten.set_.source_Tensor)
-def _set_(args: tuple, kwargs: dict) -> Any:
-    dst, src = args[0], args[1]
-    if tuple(dst.shape) != tuple(src.shape):
-        raise NotImplementedError("xlacache.lazy: set_ with a different shape")
-    assign(dst, src)
-    return dst
-
-
 @special(aten._batch_norm_with_update.default)
 def _bn_with_update(args: tuple, kwargs: dict) -> Any:
     x, w, b, rm, rv, momentum, eps = args[:7]

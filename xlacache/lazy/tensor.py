@@ -64,7 +64,7 @@ def _unset(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 _DISPATCH: list[Callable[[Any, tuple, dict], Any]] = [_unset]
-_TRACE = [0, 0, 0]  # ns spent in dispatch, top-level ops dispatched, depth flag
+_TRACE = [0, 0, 0]  # ns spent in dispatch, top-level ops dispatched, dispatch depth
 
 
 def install_dispatcher(fn: Callable[[Any, tuple, dict], Any]) -> None:
@@ -74,7 +74,7 @@ def install_dispatcher(fn: Callable[[Any, tuple, dict], Any]) -> None:
 
 def tracing_nested() -> bool:
     """True inside an op that another op dispatched (a decomposition, a special handler)."""
-    return bool(_TRACE[2])
+    return _TRACE[2] > 1
 
 
 class LazyTensor(torch.Tensor):
@@ -132,7 +132,11 @@ class LazyTensor(torch.Tensor):
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
         with LOCK:
             if _TRACE[2]:  # nested (a decomposition): timed by the outer call
-                return _DISPATCH[0](func, args, kwargs or {})
+                _TRACE[2] += 1
+                try:
+                    return _DISPATCH[0](func, args, kwargs or {})
+                finally:
+                    _TRACE[2] -= 1
             _TRACE[2] = 1
             t0 = time.perf_counter_ns()
             try:
@@ -168,6 +172,29 @@ def wrap(meta: torch.Tensor, v: tuple[Node, int]) -> LazyTensor:
     if not meta.is_contiguous() or meta.storage_offset():
         meta = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
     return LazyTensor(meta, v)
+
+
+class _Shell(torch.Tensor):
+    """Donates a storage of the right size to ``set_shape`` (never holds a value)."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+        raise RuntimeError("xlacache.lazy: internal storage shell used as a tensor")
+
+
+_META_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.Meta)
+
+
+def set_shape(t: LazyTensor, shape: Any) -> None:
+    """Change the sizes torch reports for ``t`` in place (contiguous strides): in-place view
+    ops. The meta kernel of ``set_`` does it on the C++ tensor; its storage holds no data."""
+    shape = [int(s) for s in shape]
+    if list(t.shape) == shape:
+        return
+    shell = torch.Tensor._make_wrapper_subclass(_Shell, shape, dtype=t.dtype, device=DEVICE)
+    torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+        _META_KEYS, t, shell.untyped_storage(), 0, shape, list(shell.stride())
+    )
 
 
 def _from_cpu(t: torch.Tensor) -> torch.Tensor:
