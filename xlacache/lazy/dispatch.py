@@ -28,6 +28,7 @@ from . import metrics
 from .executor import to_cpu
 from .identity import UnencodableAttribute
 from .lowering import LOWERINGS
+from .lowering.registry import registrar
 from .record import assign, record
 from .tensor import LazyTensor
 from .transfer import to_device
@@ -40,17 +41,8 @@ _FALLBACK = os.environ.get("XLACACHE_LAZY_FALLBACK", "1") != "0"
 _warned_fallback: set[str] = set()
 
 
-def special(*ops: Any) -> Callable[[Handler], Handler]:
-    """Register ``handler(args, kwargs)`` for ``ops``: it runs instead of recording them."""
-
-    def deco(fn: Handler) -> Handler:
-        for op in ops:
-            if op in SPECIAL:
-                raise ValueError(f"xlacache.lazy: {op} already has a special handler")
-            SPECIAL[op] = fn
-        return fn
-
-    return deco
+# ``@special(op, ...)`` registers ``handler(args, kwargs)``: it runs instead of recording the op
+special = registrar(SPECIAL, "a special handler")
 
 
 def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:

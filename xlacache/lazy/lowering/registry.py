@@ -41,17 +41,26 @@ def jax_dtype(dtype: torch.dtype) -> Any:
         raise TypeError(f"xlacache.lazy: dtype {dtype} is not supported on the device") from None
 
 
-def reg(*ops: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register ``fn`` as the lowering of ``ops`` (each op has exactly one lowering)."""
+Fn = Callable[..., Any]
 
-    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for op in ops:
-            if op in LOWERINGS:
-                raise ValueError(f"xlacache.lazy: {op} already has a lowering")
-            LOWERINGS[op] = fn
-        return fn
 
-    return deco
+def registrar(table: dict[Any, Fn], what: str) -> Callable[..., Callable[[Fn], Fn]]:
+    """A decorator factory ``deco(*ops)(fn)`` filling ``table``; each op is registered once."""
+
+    def register(*ops: Any) -> Callable[[Fn], Fn]:
+        def deco(fn: Fn) -> Fn:
+            for op in ops:
+                if op in table:
+                    raise ValueError(f"xlacache.lazy: {op} already has {what}")
+                table[op] = fn
+            return fn
+
+        return deco
+
+    return register
+
+
+reg = registrar(LOWERINGS, "a lowering")  # ``@reg(aten.op.overload, ...)``
 
 
 def norm_dim(dim: int, ndim: int) -> int:
