@@ -14,6 +14,8 @@ they are equal across processes; ``FORMAT`` changes whenever an encoding changes
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from hashlib import blake2b
 from typing import Any
 
@@ -158,5 +160,8 @@ def graph_key(digests: list[bytes], ints: list[int]) -> bytes:
     h = blake2b(digest_size=DIGEST_SIZE)
     h.update(b"xlacache.lazy.graph/%d/%d" % (FORMAT, len(digests)))
     h.update(b"".join(digests))
-    h.update(np.asarray(ints, dtype="<i8").tobytes())
+    wiring = array("q", ints)
+    if sys.byteorder != "little":
+        wiring.byteswap()
+    h.update(wiring.tobytes())
     return h.digest()
