@@ -73,7 +73,8 @@ def _np_scalar(x: np.generic) -> str:
 
 _NAMED = (torch.dtype, torch.memory_format, torch.layout, torch.device)
 _NAMED_TAG = {torch.dtype: "d", torch.memory_format: "m", torch.layout: "l", torch.device: "D"}
-_named_cache: dict[Any, str] = {}  # keyed by the object itself: these compare by identity/name
+_named_cache: dict[Any, str] = {}
+_DTYPE = torch.dtype  # keyed by the object itself: these compare by identity/name
 
 
 def _named(x: Any) -> str:
@@ -98,6 +99,12 @@ def encode(x: Any) -> str:
                 parts.append(encode(e))
             elif e is None:
                 parts.append("N")
+            elif te is bool:
+                parts.append("T" if e else "F")
+            elif te is str:
+                parts.append(f"s{len(e)}:{e}")
+            elif te is _DTYPE:
+                parts.append(_named_cache.get(e) or _named(e))
             else:
                 parts.append(encode(e))
         return "(" + ",".join(parts) + ")"
