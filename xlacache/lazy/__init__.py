@@ -30,8 +30,13 @@ if os.environ.get("XLACACHE_LAZY_GC_FREEZE", "1") != "0":
     _gc.freeze()
 
 from . import _device, metrics  # noqa: E402
+from . import dispatch as _dispatch  # noqa: E402
+from . import factories as _factories  # noqa: E402
+from . import random_ops as _random_ops  # noqa: E402, F401 - registers its handlers
 from . import rng as _rng  # noqa: E402
+from . import special as _special  # noqa: E402, F401 - registers its handlers
 from . import tensor as _tensor  # noqa: E402
+from . import views as _views  # noqa: E402, F401 - registers its handlers
 from .executor import (  # noqa: E402
     clear_compiled_cache,
     compiled_cache_size,
@@ -44,7 +49,8 @@ from .rng import get_seed as get_rng_state  # noqa: E402
 from .rng import set_seed as set_rng_state  # noqa: E402
 from .tensor import LazyTensor  # noqa: E402
 
-_device.install(_tensor.factory)
+_tensor.install_dispatcher(_dispatch.dispatch)
+_device.install(_factories.factory)
 _rng.hook_manual_seed()
 
 __all__ = [

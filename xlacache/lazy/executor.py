@@ -1,18 +1,21 @@
-"""Barriers: pending IR -> JAX function -> compiled executable (cached by graph hash) -> execute.
+"""Barriers: pending IR -> JAX function -> compiled executable (cached by graph key) -> execute.
 
 At a barrier the pending values are collected, the graph reachable from them is put in
-post-order, and its identity is the hash of (node hash, input positions) over that order plus the
-outputs and the donated inputs. Node hashes were computed at record time, so a steady training
-loop costs one pass over the nodes here and never re-lowers. On an in-memory miss the graph is
-turned into a JAX function and compiled with ``jax.jit(...).lower(...).compile()``, which is where
-``xlacache.initialize_cache`` hooks in: the persistent store is consulted inside that compile.
+post-order, and its identity (``identity.graph_key``) is a blake2b digest of the node digests in
+that order, the input positions, the outputs and the donated inputs. Node digests were computed
+at record time, so a steady training loop costs one pass over the nodes here and never
+re-lowers. On an in-memory miss the graph is turned into a JAX function and compiled with
+``jax.jit(...).lower(...).compile()``, which is where ``xlacache.initialize_cache`` hooks in: the
+persistent store is consulted inside that compile.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,11 +23,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import torch
 
 from . import metrics, rng
-from .graph import DATA, RNG, SCALAR, Node, Placeholder, data_node, toposort
+from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
+from .identity import graph_key
 from .lowering import LOWERINGS, jax_dtype, lower_random
-from .tensor import _LOCK, LazyTensor, live_tensors, value
+from .record import value
+from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors
+from .transfer import to_host
 
 
 @dataclass
@@ -44,7 +51,65 @@ class Executable:
     out_dtypes: tuple
 
 
-_CACHE: dict[int, Executable] = {}
+class ExecutableCache:
+    """Compiled graphs by graph key: an LRU bounded like torch_xla's in-memory cache.
+
+    The bound is ``XLA_COMPILATION_CACHE_SIZE`` (default 1024); every eviction is counted as
+    ``CompilationCacheEviction``. An evicted graph compiles again (or hits the persistent cache).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._d: OrderedDict[bytes, Executable] = OrderedDict()
+        self.capacity = capacity
+
+    def get(self, key: bytes) -> Executable | None:
+        exe = self._d.get(key)
+        if exe is not None:
+            self._d.move_to_end(key)
+        return exe
+
+    def put(self, key: bytes, exe: Executable) -> None:
+        self._d[key] = exe
+        self._d.move_to_end(key)
+        self._shrink()
+
+    def resize(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("xlacache.lazy: the compiled-graph cache needs a capacity >= 1")
+        self.capacity = capacity
+        self._shrink()
+
+    def _shrink(self) -> None:
+        while len(self._d) > self.capacity:
+            self._d.popitem(last=False)
+            metrics.counter_inc("CompilationCacheEviction")
+
+    def clear(self) -> None:
+        self._d.clear()
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+
+def _capacity_from_env() -> int:
+    raw = os.environ.get("XLA_COMPILATION_CACHE_SIZE", "").strip()
+    if not raw:
+        return 1024
+    try:
+        n = int(raw)
+        if n < 1:
+            raise ValueError
+    except ValueError:
+        warnings.warn(
+            f"xlacache.lazy: XLA_COMPILATION_CACHE_SIZE={raw!r} is not a positive integer; "
+            "using 1024",
+            stacklevel=2,
+        )
+        return 1024
+    return n
+
+
+EXECUTABLES = ExecutableCache(_capacity_from_env())
 
 
 def _cache_stats() -> dict[str, Any] | None:
@@ -79,11 +144,11 @@ def _build(order: list[Node], pos: dict[int, int], outs: list[tuple[Node, int]])
             n_sc += 1
         else:
             ins = tuple((pos[id(m)], k) for m, k in n.inputs)
-            if n.op == "random":
+            if n.op == RANDOM:
                 kind, idx, shape, dtype, params = n.attrs
                 fn = _random_lowering(kind, idx, shape, dtype, params)
-                phs = tuple(Placeholder(j) for j in range(len(ins)))
-                steps.append((i, _Step(fn, phs, {}, ins, n.avals, "random")))
+                phs = tuple(placeholder(j) for j in range(len(ins)))
+                steps.append((i, _Step(fn, phs, {}, ins, n.avals, RANDOM)))
                 continue
             targs, tkw = n.attrs
             steps.append((i, _Step(LOWERINGS[n.func], targs, dict(tkw), ins, n.avals, str(n.func))))
@@ -151,11 +216,15 @@ def materialize(tensors: list[LazyTensor]) -> None:
     _run(tensors, donate=False)
 
 
+def to_cpu(t: LazyTensor) -> torch.Tensor:
+    """Run the graph ``t`` needs, then copy its value to CPU (``TransferFromDevice``)."""
+    materialize([t])
+    return to_host(value(t)[0], t.dtype)
+
+
 def sync(wait: bool = False) -> None:
     """Run everything pending (``mark_step``); buffers of overwritten device data are donated."""
-    with _LOCK:
-        from .tensor import flush_trace_metrics
-
+    with LOCK:
         flush_trace_metrics()
         metrics.counter_inc("MarkStep")
         _run(live_tensors(), donate=True)
@@ -173,7 +242,7 @@ def wait_device_ops() -> None:
 
 
 def _run(targets: list[LazyTensor], donate: bool) -> None:
-    with _LOCK:
+    with LOCK:
         t_start = time.perf_counter_ns()
         outs: list[tuple[Node, int]] = []
         out_ix: dict[tuple[int, int], int] = {}
@@ -190,14 +259,19 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
         arrays: list[Any] = []
         scalars: list[float] = []
         leaf_nodes: list[Node] = []
-        sig: list[Any] = []
+        digests: list[bytes] = []
+        wiring: list[int] = []  # per node: number of inputs, then (position, output) pairs
         for n in order:
             if n.op in (DATA, RNG):
                 arrays.append(n.data)
                 leaf_nodes.append(n)
             elif n.op == SCALAR:
                 scalars.append(n.data)
-            sig.append((n.hash, tuple((pos[id(m)], k) for m, k in n.inputs)))
+            digests.append(n.digest)
+            wiring.append(len(n.inputs))
+            for m, k in n.inputs:
+                wiring.append(pos[id(m)])
+                wiring.append(k)
         donated: tuple[int, ...] = ()
         if donate:
             held = {id(t._v[0].data) for t in everyone if t._v[0].op == DATA}
@@ -207,13 +281,19 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
                 for j, n in enumerate(leaf_nodes)
                 if n.op == DATA and id(n.data) not in held and n.avals[0] in out_shapes
             )
-        key = hash((tuple(sig), tuple((pos[id(n)], k) for n, k in outs), donated))
+        wiring.append(len(outs))
+        for n, k in outs:
+            wiring.append(pos[id(n)])
+            wiring.append(k)
+        wiring.append(len(donated))
+        wiring.extend(donated)
+        key = graph_key(digests, wiring)
         metrics.metric_add("GraphBuildTime", time.perf_counter_ns() - t_start)
         sc = np.asarray(scalars, dtype=np.float32)
-        exe = _CACHE.get(key)
+        exe = EXECUTABLES.get(key)
         if exe is None:
             exe = _compile(order, pos, outs, arrays, sc, donated)
-            _CACHE[key] = exe
+            EXECUTABLES.put(key, exe)
         else:
             metrics.counter_inc("CachedCompile")
         t0 = time.perf_counter_ns()
@@ -274,8 +354,8 @@ def _compile(
 
 def clear_compiled_cache() -> None:
     """Forget in-memory executables (the next barrier compiles or hits the persistent cache)."""
-    _CACHE.clear()
+    EXECUTABLES.clear()
 
 
 def compiled_cache_size() -> int:
-    return len(_CACHE)
+    return len(EXECUTABLES)

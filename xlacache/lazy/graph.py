@@ -1,8 +1,9 @@
 """IR nodes of the lazy graph.
 
-A node is one recorded aten op (or a leaf: device data, a dynamic scalar, an RNG key). Its hash is
-computed when it is recorded, from the op, its static attributes, its inputs' hashes and its output
-shapes and dtypes, so graph identity costs nothing extra at the barrier.
+A node is one recorded aten op (or a leaf: device data, a dynamic scalar, an RNG key). Its
+``digest`` (``identity.node_digest``) is computed when it is recorded, from the op, its static
+attributes (canonical typed encoding), its output shapes and dtypes and its inputs' digests, so
+graph identity is exact and costs nothing extra at the barrier.
 """
 
 from __future__ import annotations
@@ -11,22 +12,60 @@ from typing import Any
 
 import torch
 
+from .identity import Placeholder, encode, encode_avals, node_digest, node_prefix, placeholder
+
+__all__ = [
+    "DATA",
+    "LEAF_OPS",
+    "RANDOM",
+    "RNG",
+    "SCALAR",
+    "Node",
+    "Placeholder",
+    "avals_code",
+    "data_node",
+    "op_code",
+    "placeholder",
+    "rng_node",
+    "scalar_node",
+    "toposort",
+]
+
 Aval = tuple[tuple[int, ...], torch.dtype]
+
+_OP_CODES: dict[Any, str] = {}  # op (an OpOverload or a str) -> its name in digests
+_AVAL_CODES: dict[tuple, str] = {}  # avals (tuples of ints and torch dtypes: exact keys)
+
+
+def op_code(op: Any) -> str:
+    """An op's stable name: ``aten.sum.dim_IntList`` for aten ops, ``:random`` for internal ones."""
+    c = _OP_CODES.get(op)
+    if c is None:
+        c = _OP_CODES[op] = ":" + op if isinstance(op, str) else str(op)
+    return c
+
+
+def avals_code(avals: tuple) -> str:
+    c = _AVAL_CODES.get(avals)
+    if c is None:
+        c = _AVAL_CODES[avals] = encode_avals(avals)
+    return c
 
 
 class Node:
     """One IR node. ``inputs`` are ``(node, output_index)`` pairs; ``avals`` its outputs."""
 
-    __slots__ = ("op", "func", "inputs", "attrs", "avals", "hash", "data", "__weakref__")
+    __slots__ = ("op", "func", "inputs", "attrs", "avals", "digest", "data", "__weakref__")
 
     def __init__(
         self,
-        op: str,
+        op: Any,
         inputs: tuple[tuple[Node, int], ...],
         attrs: Any,
-        avals: tuple[Aval, ...],
+        avals: tuple[Aval | None, ...],
         func: Any = None,
         data: Any = None,
+        prefix: bytes | None = None,
     ) -> None:
         self.op = op
         self.func = func
@@ -34,47 +73,46 @@ class Node:
         self.attrs = attrs
         self.avals = avals
         self.data = data
-        self.hash = hash((op, attrs, avals, tuple((n.hash, i) for n, i in inputs)))
+        if prefix is None:
+            prefix = node_prefix(op_code(op), encode(attrs), avals_code(avals))
+        self.digest = node_digest(prefix, inputs)
 
     @property
     def is_leaf(self) -> bool:
         return self.op in LEAF_OPS
 
     def __repr__(self) -> str:
-        return f"Node({self.op}, {[a[0] for a in self.avals]})"
+        return f"Node({self.op}, {[a[0] for a in self.avals if a is not None]})"
 
 
 DATA = "data"  # device data: ``data`` is a jax array
 SCALAR = "scalar"  # a Python float that may change between steps: a graph input, not a constant
 RNG = "rng"  # the RNG key of one trace epoch: ``data`` is a uint32[2] numpy array
 LEAF_OPS = frozenset((DATA, SCALAR, RNG))
+RANDOM = (
+    "random"  # a random draw (``random_ops.random_tensor``): inputs are the RNG leaf and tensors
+)
+_LEAF_PREFIX: dict[tuple, bytes] = {}
+
+
+def _leaf(op: str, avals: tuple, data: Any) -> Node:
+    p = _LEAF_PREFIX.get((op, avals))
+    if p is None:
+        p = _LEAF_PREFIX[(op, avals)] = node_prefix(op_code(op), "N", avals_code(avals))
+    return Node(op, (), None, avals, data=data, prefix=p)
 
 
 def data_node(array: Any, dtype: torch.dtype) -> Node:
     """A leaf holding a materialized jax array (logical torch dtype ``dtype``)."""
-    return Node(DATA, (), None, ((tuple(array.shape), dtype),), data=array)
+    return _leaf(DATA, ((tuple(array.shape), dtype),), array)
 
 
 def scalar_node(value: float) -> Node:
-    return Node(SCALAR, (), None, (((), torch.float32),), data=float(value))
+    return _leaf(SCALAR, (((), torch.float32),), float(value))
 
 
-class Placeholder:
-    """Stands for the i-th input of a node inside its stored argument template."""
-
-    __slots__ = ("i",)
-
-    def __init__(self, i: int) -> None:
-        self.i = i
-
-    def __repr__(self) -> str:
-        return f"%{self.i}"
-
-    def __hash__(self) -> int:
-        return hash(("%", self.i))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Placeholder) and other.i == self.i
+def rng_node(key: Any) -> Node:
+    return _leaf(RNG, (((2,), torch.int32),), key)
 
 
 def toposort(roots: list[tuple[Node, int]]) -> list[Node]:

@@ -47,7 +47,7 @@ class MpDeviceLoader:
 
     def __iter__(self) -> Iterator[Any]:
         from .executor import sync
-        from .tensor import _LOCK
+        from .tensor import LOCK
 
         q: queue.Queue = queue.Queue(self._prefetch)
         done = object()
@@ -58,7 +58,7 @@ class MpDeviceLoader:
                 for b in self._loader:
                     if stop.is_set():
                         return
-                    with _LOCK:
+                    with LOCK:
                         b = _to_device(b, self._device)
                     q.put(b)
             except BaseException as e:  # noqa: BLE001 - re-raised in the consumer

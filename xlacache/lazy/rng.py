@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .graph import RNG, Node
+from .graph import Node, rng_node
 
 _state = {"torch_seed": None, "seed": 0, "epoch": 0, "index": 0}
 _leaf: list[Node | None] = [None]
@@ -29,7 +29,7 @@ def next_key() -> tuple[Node, int]:
     _check_seed()
     if _leaf[0] is None:
         key = np.array([_state["seed"], _state["epoch"]], dtype=np.uint32)
-        _leaf[0] = Node(RNG, (), None, (((2,), torch.int32),), data=key)
+        _leaf[0] = rng_node(key)
     i = _state["index"]
     _state["index"] = i + 1
     return _leaf[0], i

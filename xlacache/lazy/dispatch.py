@@ -1,0 +1,189 @@
+"""The dispatcher: where each aten op on lazy tensors goes.
+
+``dispatch(func, args, kwargs)`` (installed into ``LazyTensor.__torch_dispatch__`` by
+``xlacache.lazy``) sends an op, in this order, to
+
+1. its special handler (``SPECIAL``, filled by ``special.py`` and ``random_ops.py`` with
+   ``@special(op)``): aliases, copies and transfers, ``.item()``, splits, in-place view ops...;
+2. ``record.record`` if ``lowering.LOWERINGS`` has it (one IR node), unless its output shape
+   depends on the data (boolean-mask indexing, ``nonzero``...: CPU);
+3. a rewrite: in-place and ``out=`` ops become their functional op plus an assignment,
+   ``_foreach_*`` ops a loop over the functional op;
+4. PyTorch's decompositions (``torch._decomp``), then ``CompositeImplicitAutograd``;
+5. the CPU fallback (counted as ``aten::<op>``, as torch_xla does; an error with
+   ``XLACACHE_LAZY_FALLBACK=0``).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._decomp import core_aten_decompositions, decomposition_table
+
+from . import metrics
+from .executor import to_cpu
+from .identity import UnencodableAttribute
+from .lowering import LOWERINGS
+from .lowering.registry import registrar
+from .record import assign, record
+from .tensor import LazyTensor
+from .transfer import to_device
+
+aten = torch.ops.aten
+Handler = Callable[[tuple, dict], Any]
+SPECIAL: dict[Any, Handler] = {}
+_CORE_DECOMP = core_aten_decompositions()
+_FALLBACK = os.environ.get("XLACACHE_LAZY_FALLBACK", "1") != "0"
+_warned_fallback: set[str] = set()
+
+
+# ``@special(op, ...)`` registers ``handler(args, kwargs)``: it runs instead of recording the op
+special = registrar(SPECIAL, "a special handler")
+
+
+def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
+    h = SPECIAL.get(func)
+    if h is not None:
+        return h(args, kwargs)
+    if func in LOWERINGS:
+        if func in _MAYBE_DYNAMIC and _dynamic_shape(func, args):
+            return cpu_fallback(func, args, kwargs, warn=False)
+        try:
+            return record(func, args, kwargs)
+        except UnencodableAttribute:  # never approximate an attribute: run the op on CPU
+            return cpu_fallback(func, args, kwargs)
+    if func in _DYNAMIC:
+        return cpu_fallback(func, args, kwargs, warn=False)
+    name = func._schema.name.split("::")[1]
+    if name.startswith("_foreach_"):
+        return _foreach(name, func, args, kwargs)
+    if "out" in kwargs and isinstance(kwargs.get("out"), LazyTensor):
+        return _out_variant(func, args, kwargs)
+    if is_inplace(func):
+        f = functional_of(func)
+        if f is not None:
+            res = dispatch(f, args, kwargs)
+            assign(args[0], res if isinstance(res, LazyTensor) else res[0])
+            return args[0]
+    d = _CORE_DECOMP.get(func) or decomposition_table.get(func)
+    if d is not None:
+        r = d(*args, **kwargs)
+        if r is not NotImplemented:
+            return r
+    r = func.decompose(*args, **kwargs)
+    if r is not NotImplemented:
+        return r
+    return cpu_fallback(func, args, kwargs)
+
+
+def functional_of(func: Any) -> Any:
+    """``aten.add.Tensor`` for ``aten.add_.Tensor`` (None if there is none)."""
+    name = func._schema.name.split("::")[1]
+    packet = getattr(aten, name[:-1], None)
+    if packet is None:
+        return None
+    ov = func._overloadname
+    return getattr(packet, ov, None) if ov in packet.overloads() else None
+
+
+def is_inplace(func: Any) -> bool:
+    args = func._schema.arguments
+    return (
+        bool(args and args[0].alias_info is not None and args[0].alias_info.is_write)
+        and not func._schema.arguments[0].kwarg_only
+    )
+
+
+def _out_variant(func: Any, args: tuple, kwargs: dict) -> Any:
+    out = kwargs.pop("out")
+    names = [a.name for a in func._schema.arguments if not a.kwarg_only or a.name != "out"]
+    for ov in func.overloadpacket.overloads():
+        cand = getattr(func.overloadpacket, ov)
+        cargs = cand._schema.arguments
+        if any(a.alias_info is not None and a.alias_info.is_write for a in cargs):
+            continue
+        if [a.name for a in cargs] == [n for n in names if n != "out"]:
+            res = dispatch(cand, args, kwargs)
+            if tuple(res.shape) != tuple(out.shape):
+                raise RuntimeError(f"xlacache.lazy: cannot resize out= tensor for {func}")
+            assign(out, res)
+            return out
+    return cpu_fallback(func, args, {**kwargs, "out": out})
+
+
+def _foreach(name: str, func: Any, args: tuple, kwargs: dict) -> Any:
+    base = name[len("_foreach_") :]
+    inplace = base.endswith("_")
+    packet = getattr(aten, base)
+    lists = [i for i, a in enumerate(args) if isinstance(a, (list, tuple))]
+    n = len(args[lists[0]])
+    results = []
+    for j in range(n):
+        a = [x[j] if i in lists else x for i, x in enumerate(args)]
+        if base.rstrip("_") == "norm":
+            r = dispatch(aten.linalg_vector_norm.default, (a[0], *a[1:2]), {})
+        else:
+            r = packet(*a, **kwargs)
+        results.append(r)
+    return None if inplace else results
+
+
+_DYNAMIC = {
+    aten.nonzero.default,
+    aten.masked_select.default,
+    aten._unique2.default,
+    aten.unique_dim.default,
+    aten.unique_consecutive.default,
+    aten.repeat_interleave.Tensor,
+}
+_MAYBE_DYNAMIC = {aten.index.Tensor}
+
+
+def _dynamic_shape(func: Any, args: tuple) -> bool:
+    """Boolean-mask indexing: the output shape depends on the data."""
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1])
+
+
+def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any:
+    """Run ``func`` on CPU copies (a graph break), counted as ``aten::<op>`` like torch_xla."""
+    name = func._schema.name
+    if warn and not _FALLBACK:
+        raise NotImplementedError(f"xlacache.lazy: no lowering for {func}")
+    metrics.counter_inc(name)
+    if warn and name not in _warned_fallback:
+        _warned_fallback.add(name)
+        warnings.warn(f"xlacache.lazy: {func} has no lowering; running it on CPU", stacklevel=4)
+
+    def down(x: Any) -> Any:
+        if isinstance(x, LazyTensor):
+            return to_cpu(x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(down(e) for e in x)
+        if isinstance(x, torch.device) and x.type == "xla":
+            return torch.device("cpu")
+        return x
+
+    cargs = down(args)
+    ckw = {k: down(v) for k, v in kwargs.items()}
+    res = func(*cargs, **ckw)
+    for i, a in enumerate(func._schema.arguments):  # write mutated inputs back
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        orig, new = (args[i], cargs[i]) if i < len(args) else (kwargs.get(a.name), ckw.get(a.name))
+        if isinstance(orig, LazyTensor) and isinstance(new, torch.Tensor):
+            assign(orig, to_device(new))
+
+    def up(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return to_device(x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(up(e) for e in x)
+        return x
+
+    if is_inplace(func) and isinstance(args[0], LazyTensor):
+        return args[0]
+    return up(res)

@@ -1,0 +1,40 @@
+"""XLA-key kernels: ops that reach the ``xla`` device with no lazy tensor among their arguments.
+
+``_device.install(factory)`` registers ``factory`` for the allocating factories (``empty``,
+``zeros``, ``arange``, ``full``, ``randn``...): ``torch.zeros(3, device=dev)`` has no lazy
+argument, so it never reaches ``__torch_dispatch__``. Kernels for other such ops (CPU -> device
+copies such as ``aten::_copy_from``) belong here too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .random_ops import random_tensor
+from .record import record
+from .tensor import DEVICE, LOCK, LazyTensor
+from .transfer import to_device
+
+aten = torch.ops.aten
+
+
+def factory(func: Any, args: tuple, kwargs: dict) -> LazyTensor:
+    """XLA-key kernel for factory ops (``torch.zeros(..., device=dev)``)."""
+    with LOCK:
+        name = func.overloadpacket.__name__
+        kw = {k: v for k, v in kwargs.items() if k not in ("pin_memory", "layout")}
+        kw.pop("memory_format", None)
+        kw["device"] = DEVICE
+        if name in ("empty", "empty_strided"):
+            dtype = kw.get("dtype") or torch.get_default_dtype()
+            return record(aten.zeros.default, (list(args[0]),), {"dtype": dtype, "device": DEVICE})
+        if name in ("randn", "rand"):
+            dtype = kw.get("dtype") or torch.get_default_dtype()
+            kind = "normal_" if name == "randn" else "uniform_"
+            return random_tensor(kind, tuple(args[0]), dtype, (), {})
+        if name in ("randint", "randperm"):
+            cpu = func(*args, **{**kwargs, "device": "cpu"})
+            return to_device(cpu)
+        return record(func, args, kw)

@@ -1,0 +1,31 @@
+"""The aten -> JAX lowering table, filled by one module per op family.
+
+Each entry takes the op's arguments as the aten schema orders them, with tensors replaced by jax
+values, and returns a jax value (or a tuple for multi-output ops). The executor casts results to
+the dtype and shape torch's meta kernel predicted, so lowerings may be loose about dtype
+promotion. Ops not in the table are decomposed with PyTorch's decompositions first
+(``dispatch.dispatch``). Backward ops of composite forwards are lowered as one node each (often
+``jax.vjp`` of the forward lowering) instead of the dozens of nodes a decomposition would record.
+
+A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
+
+==================  ==============================================================
+``elementwise``     arithmetic, comparisons, logical/bitwise, unary math, activations
+``factories``       zeros/ones/full/arange/eye/linspace, ``*_like``, ``new_*``, casts
+``reductions``      sum/mean/prod/extrema/var/std/norms/cumulative, sort, topk
+``shapes``          views and reshapes, their ``*_scatter`` inverses, cat/stack, pad
+``indexing``        index/index_put, gather/scatter, masked_fill, embedding
+``linalg``          matrix products
+``nn``              softmax, layer/batch norm, losses
+``conv``            convolution and pooling
+``random``          random draws (``lower_random``; not in the table: one ``random`` node)
+==================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from . import conv, elementwise, factories, indexing, linalg, nn, reductions, shapes  # noqa: F401
+from .random import lower_random
+from .registry import LOWERINGS, STATIC_SCALAR_OPS, jax_dtype, reg
+
+__all__ = ["LOWERINGS", "STATIC_SCALAR_OPS", "jax_dtype", "lower_random", "reg"]

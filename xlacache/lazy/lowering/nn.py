@@ -1,0 +1,193 @@
+"""Neural-network ops: softmax, layer norm, batch norm, losses (and their backward ops)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from .registry import norm_dim, reg, upcast
+
+aten = torch.ops.aten
+
+
+def _softmax_fn(x: Any, dim: int, half_to_float: bool = False) -> Any:
+    return jax.nn.softmax(upcast(x), axis=norm_dim(dim, x.ndim))
+
+
+reg(aten._softmax.default)(_softmax_fn)
+reg(aten._log_softmax.default)(
+    lambda x, dim, half_to_float=False: jax.nn.log_softmax(upcast(x), axis=norm_dim(dim, x.ndim))
+)
+reg(aten._softmax_backward_data.default)(
+    lambda g, y, dim, dt: y * (g - jnp.sum(g * y, axis=norm_dim(dim, y.ndim), keepdims=True))
+)
+reg(aten._log_softmax_backward_data.default)(
+    lambda g, y, dim, dt: g - jnp.exp(y) * jnp.sum(g, axis=norm_dim(dim, y.ndim), keepdims=True)
+)
+
+
+def _layer_norm(x: Any, shape: Any, w: Any, b: Any, eps: Any) -> Any:
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    xf = upcast(x)
+    mean = jnp.mean(xf, axes, keepdims=True)
+    var = jnp.mean(jnp.square(xf - mean), axes, keepdims=True)
+    rstd = lax.rsqrt(var + eps)
+    out = (xf - mean) * rstd
+    if w is not None:
+        out = out * w
+    if b is not None:
+        out = out + b
+    return out.astype(x.dtype), mean, rstd
+
+
+reg(aten.native_layer_norm.default)(_layer_norm)
+
+
+@reg(aten.native_layer_norm_backward.default)
+def _layer_norm_bwd(
+    g: Any, x: Any, shape: Any, mean: Any, rstd: Any, w: Any, b: Any, mask: Any
+) -> Any:
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    batch = tuple(range(x.ndim - len(shape)))
+    gf = upcast(g)
+    xhat = (upcast(x) - mean) * rstd
+    gxhat = gf * w if w is not None else gf
+    gx = rstd * (
+        gxhat
+        - jnp.mean(gxhat, axes, keepdims=True)
+        - xhat * jnp.mean(gxhat * xhat, axes, keepdims=True)
+    )
+    gw = jnp.sum(gf * xhat, batch) if mask[1] and w is not None else None
+    gb = jnp.sum(gf, batch) if mask[2] and b is not None else None
+    return (gx.astype(x.dtype) if mask[0] else None, gw, gb)
+
+
+def _bn_train(x: Any, w: Any, b: Any, eps: float) -> tuple[Any, Any, Any]:
+    axes = (0,) + tuple(range(2, x.ndim))
+    xf = upcast(x)
+    mean = jnp.mean(xf, axes)
+    var = jnp.mean(jnp.square(xf - _bc(mean, x)), axes)
+    rstd = lax.rsqrt(var + eps)
+    out = (xf - _bc(mean, x)) * _bc(rstd, x)
+    if w is not None:
+        out = out * _bc(w, x)
+    if b is not None:
+        out = out + _bc(b, x)
+    return out.astype(x.dtype), mean, rstd
+
+
+def _bn_eval(x: Any, w: Any, b: Any, rm: Any, rv: Any, eps: float) -> Any:
+    out = (upcast(x) - _bc(rm, x)) * _bc(lax.rsqrt(rv + eps), x)
+    if w is not None:
+        out = out * _bc(w, x)
+    if b is not None:
+        out = out + _bc(b, x)
+    return out.astype(x.dtype)
+
+
+def _bc(v: Any, x: Any) -> Any:
+    return v.reshape((1, -1) + (1,) * (x.ndim - 2))
+
+
+@reg(aten._batch_norm_with_update_functional.default)
+def _bn_update_functional(
+    x: Any, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps: float
+) -> Any:
+    out, mean, rstd = _bn_train(x, w, b, eps)
+    n = x.size // x.shape[1]
+    var_unbiased = (1.0 / jnp.square(rstd) - eps) * (n / max(n - 1, 1))
+    new_rm = (1 - momentum) * rm + momentum * mean
+    new_rv = (1 - momentum) * rv + momentum * var_unbiased
+    return out, mean, rstd, jnp.zeros((0,), jnp.uint8), new_rm, new_rv
+
+
+@reg(aten._batch_norm_no_update.default)
+def _bn_no_update(x: Any, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps: float) -> Any:
+    if rm is None:
+        out, mean, rstd = _bn_train(x, w, b, eps)
+        return out, mean, rstd, jnp.zeros((0,), jnp.uint8)
+    return (
+        _bn_eval(x, w, b, rm, rv, eps),
+        jnp.zeros((0,)),
+        jnp.zeros((0,)),
+        jnp.zeros((0,), jnp.uint8),
+    )
+
+
+@reg(aten.batch_norm_backward.default)
+def _bn_backward(
+    g: Any,
+    x: Any,
+    w: Any,
+    rm: Any,
+    rv: Any,
+    sm: Any,
+    sv: Any,
+    update: bool,
+    eps: float,
+    mask: Any,
+    reserve: Any,
+) -> Any:
+    if update or rm is None:
+        fwd = lambda x, w: _bn_train(x, w, None, eps)[0]  # noqa: E731
+    else:
+        fwd = lambda x, w: _bn_eval(x, w, None, rm, rv, eps)  # noqa: E731
+    wv = w if w is not None else jnp.ones((x.shape[1],), jnp.float32)
+    _, f = jax.vjp(fwd, x, wv)
+    gx, gw = f(g)
+    gb = jnp.sum(upcast(g), (0,) + tuple(range(2, x.ndim)))
+    return tuple(r if m else None for r, m in zip((gx, gw, gb), mask, strict=False))
+
+
+@reg(aten.native_batch_norm.default, aten._native_batch_norm_legit_no_training.default)
+def _native_bn(x: Any, w: Any, b: Any, rm: Any, rv: Any, *rest: Any) -> Any:
+    if len(rest) == 3:  # native_batch_norm(training, momentum, eps): running stats not updated here
+        training, _, eps = rest
+    else:
+        training, eps = False, rest[-1]
+    if training or rm is None:
+        return _bn_train(x, w, b, eps)
+    c = x.shape[1]
+    return _bn_eval(x, w, b, rm, rv, eps), jnp.zeros((c,)), jnp.zeros((c,))
+
+
+def _nll(x: Any, t: Any, w: Any, reduction: int, ignore: int) -> tuple[Any, Any]:
+    cdim = 0 if x.ndim == 1 else 1
+    tt = jnp.where(t == ignore, 0, t)
+    picked = -jnp.take_along_axis(x, jnp.expand_dims(tt, cdim), axis=cdim).squeeze(cdim)
+    wt = jnp.ones(tt.shape, x.dtype) if w is None else w[tt].astype(x.dtype)
+    wt = jnp.where(t == ignore, 0, wt)
+    loss = picked * wt
+    total = jnp.sum(wt)
+    if reduction == 0:
+        return loss, jnp.zeros((), x.dtype)
+    if reduction == 1:
+        return jnp.sum(loss) / total, total
+    return jnp.sum(loss), total
+
+
+reg(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)(_nll)
+
+
+@reg(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+def _nll_bwd(g: Any, x: Any, t: Any, w: Any, reduction: int, ignore: int, total: Any) -> Any:
+    # d loss / d x: -weight[t] * g at the target class (divided by total_weight for 'mean')
+    cdim = 0 if x.ndim == 1 else 1
+    keep = t != ignore
+    tt = jnp.where(keep, t, 0)
+    wt = jnp.ones(tt.shape, x.dtype) if w is None else w[tt].astype(x.dtype)
+    coef = -jnp.where(keep, wt, 0) * g.astype(x.dtype)
+    if reduction == 1:
+        coef = coef / total.astype(x.dtype)
+    classes = lax.broadcasted_iota(tt.dtype, x.shape, cdim)
+    hit = classes == jnp.expand_dims(tt, cdim)
+    return jnp.where(hit, jnp.expand_dims(coef, cdim), jnp.zeros((), x.dtype))
+
+
+reg(aten.mse_loss.default)(
+    lambda a, b, reduction=1: [lambda d: d, jnp.mean, jnp.sum][reduction](jnp.square(a - b))
+)

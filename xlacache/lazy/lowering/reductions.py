@@ -1,0 +1,127 @@
+"""Reductions: sums, means, extrema, arg-extrema, variance, norms, cumulative ops, sort/topk."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import torch
+from jax import lax
+
+from .registry import jdt, norm_dim, norm_dims, reg, upcast
+
+aten = torch.ops.aten
+
+
+@reg(aten.sum.default, aten.sum.dim_IntList)
+def _sum(x: Any, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Any:
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.int32)
+    return jnp.sum(x, axis=norm_dims(dim, x.ndim), keepdims=keepdim, dtype=jdt(dtype))
+
+
+@reg(aten.mean.default, aten.mean.dim)
+def _mean(x: Any, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Any:
+    r = jnp.mean(upcast(x), axis=norm_dims(dim, x.ndim), keepdims=keepdim)
+    return r if dtype is None else r.astype(jdt(dtype))
+
+
+@reg(aten.prod.default, aten.prod.dim_int)
+def _prod(x: Any, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Any:
+    return jnp.prod(x, axis=norm_dims(dim, x.ndim), keepdims=keepdim)
+
+
+reg(aten.amax.default)(
+    lambda x, dim=(), keepdim=False: jnp.max(x, norm_dims(dim, x.ndim), None, keepdim)
+)
+reg(aten.amin.default)(
+    lambda x, dim=(), keepdim=False: jnp.min(x, norm_dims(dim, x.ndim), None, keepdim)
+)
+reg(aten.max.default)(jnp.max)
+reg(aten.min.default)(jnp.min)
+reg(aten.max.dim)(
+    lambda x, d, k=False: (jnp.max(x, norm_dim(d, x.ndim), keepdims=k), _argx(jnp.argmax, x, d, k))
+)
+reg(aten.min.dim)(
+    lambda x, d, k=False: (jnp.min(x, norm_dim(d, x.ndim), keepdims=k), _argx(jnp.argmin, x, d, k))
+)
+
+
+def _argx(fn: Callable[..., Any], x: Any, dim: Any = None, keepdim: bool = False) -> Any:
+    if dim is None:
+        r = fn(x.reshape(-1))
+        return r.reshape((1,) * x.ndim) if keepdim else r
+    return fn(x, axis=norm_dim(dim, x.ndim), keepdims=keepdim)
+
+
+reg(aten.argmax.default)(lambda x, dim=None, keepdim=False: _argx(jnp.argmax, x, dim, keepdim))
+reg(aten.argmin.default)(lambda x, dim=None, keepdim=False: _argx(jnp.argmin, x, dim, keepdim))
+reg(aten.any.default, aten.any.dim, aten.any.dims)(
+    lambda x, dim=None, keepdim=False: jnp.any(x, norm_dims(dim, x.ndim), keepdims=keepdim)
+)
+reg(aten.all.default, aten.all.dim, aten.all.dims)(
+    lambda x, dim=None, keepdim=False: jnp.all(x, norm_dims(dim, x.ndim), keepdims=keepdim)
+)
+
+
+@reg(aten.var.correction)
+def _var(x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    ddof = 1 if correction is None else correction
+    return jnp.var(upcast(x), axis=norm_dims(dim, x.ndim), ddof=ddof, keepdims=keepdim)
+
+
+reg(aten.std.correction)(lambda *a, **k: jnp.sqrt(_var(*a, **k)))
+reg(aten.var_mean.correction)(
+    lambda x, dim=None, *, correction=None, keepdim=False: (
+        _var(x, dim, correction=correction, keepdim=keepdim),
+        jnp.mean(upcast(x), norm_dims(dim, x.ndim), keepdims=keepdim),
+    )
+)
+reg(aten.logsumexp.default)(
+    lambda x, dim, keepdim=False: jax.nn.logsumexp(
+        upcast(x), norm_dims(dim, x.ndim), keepdims=keepdim
+    )
+)
+reg(aten.cumsum.default)(
+    lambda x, dim, dtype=None: jnp.cumsum(x, norm_dim(dim, x.ndim), jdt(dtype))
+)
+reg(aten.cumprod.default)(
+    lambda x, dim, dtype=None: jnp.cumprod(x, norm_dim(dim, x.ndim), jdt(dtype))
+)
+
+
+@reg(aten.linalg_vector_norm.default)
+def _vnorm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Any:  # noqa: A002
+    ax = norm_dims(dim, x.ndim)
+    a = jnp.abs(upcast(x))
+    if ord == 2:
+        return jnp.sqrt(jnp.sum(a * a, ax, keepdims=keepdim))
+    if ord == 1:
+        return jnp.sum(a, ax, keepdims=keepdim)
+    if ord == math.inf:
+        return jnp.max(a, ax, keepdims=keepdim)
+    if ord == 0:
+        return jnp.sum(a != 0, ax, keepdims=keepdim).astype(a.dtype)
+    return jnp.sum(a**ord, ax, keepdims=keepdim) ** (1.0 / ord)
+
+
+@reg(aten.sort.default, aten.sort.stable)
+def _sort(x: Any, *args: Any, stable: Any = None, dim: int = -1, descending: bool = False) -> Any:
+    if args and isinstance(args[0], int):  # sort.default(x, dim, descending)
+        dim = args[0]
+        descending = args[1] if len(args) > 1 else descending
+    ax = norm_dim(dim, x.ndim)
+    idx = jnp.argsort(-x if descending else x, axis=ax, stable=True)
+    return jnp.take_along_axis(x, idx, ax), idx
+
+
+@reg(aten.topk.default)
+def _topk(x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:  # noqa: A002
+    ax = norm_dim(dim, x.ndim)
+    xm = jnp.moveaxis(x, ax, -1)
+    v, i = lax.top_k(xm if largest else -xm, k)
+    v = v if largest else -v
+    return jnp.moveaxis(v, -1, ax), jnp.moveaxis(i, -1, ax)

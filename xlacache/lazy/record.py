@@ -1,0 +1,255 @@
+"""Recording: aten op -> IR node, with shapes from torch's meta kernels; values and views.
+
+``record(func, args, kwargs)`` turns lazy tensors into node inputs (placeholders in the stored
+argument template), Python floats given to ``Scalar`` arguments into graph inputs, infers the
+outputs' shapes and dtypes with the meta kernel (memoized by op, exact attribute encoding and
+input shapes), and returns lazy tensors for the new node's outputs.
+
+Views are recorded as functional ops that remember their root (the storage they view) and the
+chain of view ops from it: ``value`` re-derives a view whose root was updated in place, and
+``assign`` (an in-place update) scatters a view's new value back into its root.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
+from .identity import encode, node_prefix
+from .lowering import STATIC_SCALAR_OPS
+from .tensor import Cell, LazyTensor, tracing_nested, wrap
+from .transfer import to_device
+
+aten = torch.ops.aten
+
+# --------------------------------------------------------------------------- values and views
+
+
+def value(t: LazyTensor | Cell) -> tuple[Node, int]:
+    """The tensor's current IR value (re-derived from its root if the root was updated)."""
+    root = t._root
+    if root is not None and t._rgen != root._gen:
+        v: Any = root
+        for f, rest, kw in t._chain:
+            v = record(f, (v, *rest), kw, as_view=False)
+        t._v = v._v
+        t._rgen = root._gen
+    return t._v
+
+
+def shape_of(t: LazyTensor | Cell) -> tuple[int, ...]:
+    return tuple(t._meta.shape)
+
+
+def assign(t: LazyTensor, new: LazyTensor) -> None:
+    """Make ``new``'s value the value of ``t`` (an in-place update), propagating through views."""
+    if new.dtype != t.dtype:
+        new = record(aten._to_copy.default, (new,), {"dtype": t.dtype})
+    if tuple(new.shape) != tuple(t.shape):
+        new = record(aten.expand.default, (new, list(t.shape)), {})
+    c = t._c
+    root = c._root
+    if root is None:
+        c._v = new._v
+        c._gen += 1
+        return
+    bases: list[Any] = [root]
+    for f, rest, kw in c._chain[:-1]:
+        bases.append(record(f, (bases[-1], *rest), kw, as_view=False))
+    cur = new
+    # an alias of the root has an empty chain (and one base): the new value is the root's
+    for (f, rest, kw), base in zip(reversed(c._chain), reversed(bases), strict=False):
+        cur = _scatter_into(f, rest, kw, base, cur)
+    root._v = cur._v
+    root._gen += 1
+    c._v = new._v
+    c._rgen = root._gen
+
+
+_RESHAPES = ("view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "flatten", "view_as")
+
+
+def _scatter_into(f: Any, rest: tuple, kw: dict, base: Any, new: LazyTensor) -> LazyTensor:
+    """Inverse of the view ``f``: ``base`` with the viewed part replaced by ``new``."""
+    name = f.overloadpacket.__name__
+    ndim = len(shape_of(base))
+    if name in ("alias", "detach", "lift_fresh"):
+        return new
+    if name in _RESHAPES:
+        return record(aten.view.default, (new, list(shape_of(base))), {})
+    if name == "permute":
+        perm = [d % ndim for d in rest[0]]
+        inv = [0] * len(perm)
+        for i, p in enumerate(perm):
+            inv[p] = i
+        return record(aten.permute.default, (new, inv), {})
+    if name in ("t", "transpose", "numpy_T"):
+        if name == "transpose":
+            d0, d1 = rest[0] % max(ndim, 1), rest[1] % max(ndim, 1)
+        else:
+            d0, d1 = 0, max(ndim - 1, 0)
+        return record(aten.transpose.int, (new, d0, d1), {})
+    scatter = _SCATTERS.get(name)
+    if scatter is not None:
+        return record(scatter, (base, new, *rest), kw)
+    raise NotImplementedError(f"xlacache.lazy: in-place write through a view made by {f}")
+
+
+_SCATTERS = {
+    "select": aten.select_scatter.default,
+    "slice": aten.slice_scatter.default,
+    "diagonal": aten.diagonal_scatter.default,
+    "as_strided": aten.as_strided_scatter.default,
+}
+
+# --------------------------------------------------------------------------- recording
+
+_SCALAR_ARGS: dict[Any, tuple[frozenset[int], frozenset[str]]] = {}
+# shape inference results by (op, exact attribute encoding, input shapes and dtypes): torch's
+# meta kernels are Python and cost ~100-400 us an op; a training loop repeats the same ops
+_META_CACHE: dict[tuple[Any, str, tuple], tuple[Any, tuple, bytes]] = {}
+_META_CACHE_MAX = 200_000
+
+
+def _scalar_args(func: Any) -> tuple[frozenset[int], frozenset[str]]:
+    """Positions and names of the ``Scalar`` arguments whose float values become graph inputs."""
+    r = _SCALAR_ARGS.get(func)
+    if r is None:
+        if func in STATIC_SCALAR_OPS or not any(
+            str(a.type).startswith("Tensor") for a in func._schema.arguments
+        ):
+            r = (frozenset(), frozenset())
+        else:
+            idx = [
+                (i, a.name)
+                for i, a in enumerate(func._schema.arguments)
+                if "number" in str(a.type) or str(a.type) == "Tensor"
+            ]
+            r = (frozenset(i for i, _ in idx), frozenset(n for _, n in idx))
+        _SCALAR_ARGS[func] = r
+    return r
+
+
+class _Ctx:
+    """The inputs of the node being recorded, each value once."""
+
+    __slots__ = ("func", "inputs", "keys")
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+        self.inputs: list[tuple[Node, int]] = []
+        self.keys: dict[tuple[int, int], int] = {}
+
+    def add(self, v: tuple[Node, int]) -> Placeholder:
+        k = (id(v[0]), v[1])
+        i = self.keys.get(k)
+        if i is None:
+            i = self.keys[k] = len(self.inputs)
+            self.inputs.append(v)
+        return placeholder(i)
+
+
+def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
+    """(template, meta) for one argument."""
+    if isinstance(x, LazyTensor):
+        return ctx.add(value(x)), x._meta
+    if isinstance(x, torch.Tensor):
+        if x.dim() == 0 and x.device.type == "cpu" and x.dtype.is_floating_point:
+            return ctx.add((scalar_node(x.item()), 0)), torch.empty(
+                (), dtype=x.dtype, device="meta"
+            )
+        if x.dim() and not tracing_nested() and ctx.func not in _CPU_TENSORS_OK:
+            raise _mixed_devices(ctx.func, x)
+        lt = to_device(x)
+        return ctx.add(value(lt)), lt._meta
+    if isinstance(x, (list, tuple)):
+        if not x:
+            return (), x
+        pairs = [_convert(e, ctx, False) for e in x]
+        return tuple(p[0] for p in pairs), type(x)(p[1] for p in pairs)
+    if dyn and type(x) is float:
+        return ctx.add((scalar_node(x), 0)), x
+    if type(x) is Cell:
+        return ctx.add(value(x)), x._meta
+    if isinstance(x, torch.device):
+        return None, torch.device("meta")
+    return x, x
+
+
+# ops that take CPU tensors along with xla ones in eager PyTorch too (index tensors and values)
+_CPU_TENSORS_OK = {
+    aten.index.Tensor,
+    aten._unsafe_index.Tensor,
+    aten.index_put.default,
+    aten._unsafe_index_put.default,
+}
+
+
+def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
+    return RuntimeError(
+        f"Input tensor is not an XLA tensor: {x.type()} of shape {list(x.shape)} given to {func} "
+        "with xla tensors. Move it with .to(xl.device()); a module must be moved as a whole "
+        "(module.to(device)) before it is applied to device tensors. Only 0-dim CPU tensors mix "
+        "with device tensors, as scalars."
+    )
+
+
+def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True) -> Any:
+    """Record ``func`` as one IR node and return lazy tensors for its outputs.
+
+    The output of a view op on a lazy tensor is tracked as a view of that tensor's storage
+    (``as_view=False``: a plain value). Raises ``identity.UnencodableAttribute`` for an
+    attribute that cannot be keyed exactly.
+    """
+    ctx = _Ctx(func)
+    spos, snames = _scalar_args(func)
+    targs, margs = [], []
+    for i, a in enumerate(args):
+        t, m = _convert(a, ctx, i in spos)
+        targs.append(t)
+        margs.append(m)
+    tkw, mkw = {}, {}
+    for k, a in kwargs.items():
+        t, m = _convert(a, ctx, k in snames)
+        tkw[k] = t
+        mkw[k] = m
+    attrs = (tuple(targs), tuple(sorted(tkw.items())) if tkw else ())
+    akey = encode(attrs)  # exact and typed: 2 and 2.0, -1 and -2, 0.0 and -0.0 differ
+    ck = (func, akey, tuple([n.avals[i] for n, i in ctx.inputs]))
+    hit = _META_CACHE.get(ck)
+    if hit is None:
+        hit = _META_CACHE[ck] = _infer(func, margs, mkw, akey)
+    mout, avals, prefix = hit
+    node = Node(func, tuple(ctx.inputs), attrs, avals, func=func, prefix=prefix)
+    if isinstance(mout, torch.Tensor):
+        out = wrap(mout, (node, 0))
+        if as_view and func.is_view and isinstance(args[0], LazyTensor):
+            b = args[0]._c
+            chain = (*b._chain, (func, tuple(args[1:]), kwargs))
+            track_view(out, b._root if b._root is not None else b, chain)
+        return out
+    wrapped = [None if o is None else wrap(o, (node, i)) for i, o in enumerate(mout)]
+    return wrapped if isinstance(mout, list) else tuple(wrapped)
+
+
+def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, tuple, bytes]:
+    """Meta outputs, avals and the node-digest prefix of ``func`` on these inputs."""
+    try:
+        mout = func(*margs, **mkw)
+    except Exception as e:  # noqa: BLE001 - re-raised with the op's name
+        raise RuntimeError(f"xlacache.lazy: shape inference failed for {func}: {e}") from e
+    outs = [mout] if isinstance(mout, torch.Tensor) else list(mout)
+    avals = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in outs)
+    if len(_META_CACHE) > _META_CACHE_MAX:
+        _META_CACHE.clear()
+    return mout, avals, node_prefix(op_code(func), akey, avals_code(avals))
+
+
+def track_view(out: LazyTensor, root: Cell, chain: tuple) -> None:
+    """Make ``out`` the view of ``root``'s storage that the view ops ``chain`` give."""
+    o = out._c
+    o._root = root
+    o._chain = chain
+    o._rgen = root._gen

@@ -1,0 +1,139 @@
+"""Special handlers: ops that are not one IR node (aliases, copies, transfers, splits...).
+
+Each handler is registered with ``@special(op)`` and runs instead of recording the op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .dispatch import dispatch, special
+from .executor import to_cpu
+from .record import assign, record, value
+from .tensor import LazyTensor
+from .transfer import to_device
+
+aten = torch.ops.aten
+
+
+@special(aten.detach.default, aten.alias.default)
+def _alias(args: tuple, kwargs: dict) -> LazyTensor:
+    t = args[0]
+    out = LazyTensor(t._meta, value(t))
+    c, o = t._c, out._c
+    root = c._root if c._root is not None else c
+    o._root = root
+    o._chain = c._chain
+    o._rgen = root._gen
+    return out
+
+
+@special(aten.lift_fresh.default)
+def _noop_first(args: tuple, kwargs: dict) -> Any:
+    return args[0]
+
+
+@special(aten._to_copy.default)
+def _to_copy(args: tuple, kwargs: dict) -> Any:
+    t = args[0]
+    dev = kwargs.get("device")
+    dtype = kwargs.get("dtype") or t.dtype
+    if dev is not None and torch.device(dev).type != "xla":
+        out = to_cpu(t)
+        return out.to(device=dev, dtype=dtype)
+    if dtype == t.dtype:
+        return record(aten.clone.default, (t,), {})
+    return record(aten._to_copy.default, (t,), {"dtype": dtype})
+
+
+@special(aten.copy_.default)
+def _copy_(args: tuple, kwargs: dict) -> Any:
+    dst, src = args[0], args[1]
+    if not isinstance(dst, LazyTensor):
+        dst.copy_(to_cpu(src))
+        return dst
+    if not isinstance(src, LazyTensor):
+        src = to_device(src)
+    assign(dst, src)
+    return dst
+
+
+@special(aten.copy.default)
+def _copy(args: tuple, kwargs: dict) -> Any:
+    dst, src = args[0], args[1]
+    if not isinstance(src, LazyTensor):
+        src = to_device(src)
+    out = src
+    if out.dtype != dst.dtype:
+        out = record(aten._to_copy.default, (out,), {"dtype": dst.dtype})
+    if tuple(out.shape) != tuple(dst.shape):
+        out = record(aten.expand.default, (out, list(dst.shape)), {})
+    return record(aten.clone.default, (out,), {})
+
+
+@special(aten._local_scalar_dense.default)
+def _item(args: tuple, kwargs: dict) -> Any:
+    return to_cpu(args[0]).item()
+
+
+@special(aten.equal.default)
+def _equal(args: tuple, kwargs: dict) -> bool:
+    a, b = args
+    return bool(torch.equal(to_cpu(a), to_cpu(b) if isinstance(b, LazyTensor) else b))
+
+
+@special(aten.is_same_size.default)
+def _is_same_size(args: tuple, kwargs: dict) -> bool:
+    return tuple(args[0].shape) == tuple(args[1].shape)
+
+
+@special(aten.split.Tensor)
+def _split(args: tuple, kwargs: dict) -> list:
+    t, size = args[0], args[1]
+    dim = (args[2] if len(args) > 2 else kwargs.get("dim", 0)) % max(t.dim(), 1)
+    n = t.shape[dim]
+    sizes = [size] * (n // size) + ([n % size] if n % size else []) if n else [0]
+    return _split_sizes(t, sizes, dim)
+
+
+@special(aten.split_with_sizes.default)
+def _split_with_sizes(args: tuple, kwargs: dict) -> list:
+    t, sizes = args[0], args[1]
+    dim = (args[2] if len(args) > 2 else kwargs.get("dim", 0)) % max(t.dim(), 1)
+    return _split_sizes(t, list(sizes), dim)
+
+
+def _split_sizes(t: LazyTensor, sizes: list[int], dim: int) -> list:
+    out, start = [], 0
+    for s in sizes:
+        out.append(dispatch(aten.slice.Tensor, (t, dim, start, start + s), {}))
+        start += s
+    return out
+
+
+@special(aten.unbind.int)
+def _unbind(args: tuple, kwargs: dict) -> tuple:
+    t = args[0]
+    dim = (args[1] if len(args) > 1 else kwargs.get("dim", 0)) % max(t.dim(), 1)
+    return tuple(dispatch(aten.select.int, (t, dim, i), {}) for i in range(t.shape[dim]))
+
+
+@special(aten._batch_norm_with_update.default)
+def _bn_with_update(args: tuple, kwargs: dict) -> Any:
+    x, w, b, rm, rv, momentum, eps = args[:7]
+    out = record(
+        aten._batch_norm_with_update_functional.default, (x, w, b, rm, rv, momentum, eps), {}
+    )
+    assign(rm, out[4])
+    assign(rv, out[5])
+    return out[:4]
+
+
+@special(aten.native_batch_norm.default)
+def _native_bn(args: tuple, kwargs: dict) -> Any:
+    x, w, b, rm, rv, training, momentum, eps = args[:8]
+    if training and rm is not None:
+        return _bn_with_update((x, w, b, rm, rv, momentum, eps), {})[:3]
+    return record(aten.native_batch_norm.default, args, kwargs)
