@@ -17,13 +17,10 @@ the same setup. `xlacache.jax_bridge` extracts the components from JAX objects.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from xlacache.entry import FORMAT_VERSION
-
-KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+from xlacache.entry import FORMAT_VERSION, is_sha256_hex
 
 # XLA flags (and DebugOptions fields of the same names) that change only what XLA
 # writes for people or where it keeps side caches, never the executable.
@@ -89,4 +86,5 @@ def codegen_flags(flags: Iterable[str]) -> tuple[str, ...]:
 
 
 def is_valid_key(key: str) -> bool:
-    return bool(KEY_RE.match(key))
+    """Whether `key` is a well-formed cache key (64 lowercase hex digits, nothing more)."""
+    return is_sha256_hex(key)
