@@ -114,3 +114,17 @@ def test_cli_inspect_prune_verify_survive_a_malformed_entry(tmp_path):
     assert run_json("verify", root, "--repair")["corrupt"] == [bad]
     assert run_json("verify", root)["corrupt"] == []
     assert make_key(20) == bad
+
+
+def test_a_tier_never_copies_a_malformed_entry_from_its_remote(tmp_path):
+    from xlacache import counters
+    from xlacache.stores.tiered import TieredStore
+
+    remote = LocalStore(tmp_path / "remote")  # any store: all verify with entry.verify
+    key = _plant(remote, 30, payload_size=-1)
+    tier = TieredStore(LocalStore(tmp_path / "local"), remote)
+    with pytest.warns(counters.CacheWarning, match="corrupt"):
+        assert tier.get(key) is None
+    assert not tier.local.contains(key)
+    assert counters.snapshot()["errors"] == {"corrupt": 1}
+    tier.close()
