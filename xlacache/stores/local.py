@@ -36,6 +36,7 @@ from xlacache.key import is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
 from xlacache.stores.files import (
     ENTRY_SUFFIX,
+    MARKER,
     STALE_TEMP_SECONDS,
     EntryFiles,
     check_key,
@@ -43,7 +44,7 @@ from xlacache.stores.files import (
 )
 from xlacache.stores.index import Index, Limits, move_aside
 
-__all__ = ["LocalStore", "STALE_TEMP_SECONDS", "info_from_header"]
+__all__ = ["ENTRY_SUFFIX", "MARKER", "STALE_TEMP_SECONDS", "LocalStore", "info_from_header"]
 
 
 class LocalStore(Store):
