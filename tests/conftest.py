@@ -18,6 +18,27 @@ from xlacache import api, counters, entry
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory):
+    """One fake-gcs-server (in memory, loopback) for the whole test session."""
+    from tests.gcsutil import Emulator
+
+    emulator = Emulator.start(tmp_path_factory.mktemp("gcs-emulator"))
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture
+def gcs(gcs_emulator, monkeypatch):
+    """A fresh bucket behind a fault-injecting proxy; STORAGE_EMULATOR_HOST names the proxy."""
+    from tests.gcsutil import FaultProxy, GCSEnv
+
+    proxy = FaultProxy(gcs_emulator.url)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    yield GCSEnv(gcs_emulator, proxy, gcs_emulator.create_bucket())
+    proxy.close()
+
+
 @pytest.fixture(autouse=True)
 def clean_xlacache_state():
     """Each test starts with no initialized cache and zeroed figures."""
@@ -62,10 +83,15 @@ def run_python(
     prefix: list[str] | None = None,
 ) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter (optionally under a command prefix such as unshare)."""
+    cmd = [*(prefix or []), sys.executable, "-c", textwrap.dedent(code), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=child_env(env), timeout=timeout)
+
+
+def child_env(env: dict | None = None) -> dict:
+    """This environment without xlacache/XLA settings, plus `env`."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("XLACACHE_", "XLA_"))}
     full_env.update(env or {})
-    cmd = [*(prefix or []), sys.executable, "-c", textwrap.dedent(code), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+    return full_env
 
 
 def run_json(code: str, *args: str, **kw) -> dict:

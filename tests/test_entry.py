@@ -77,3 +77,24 @@ def test_corrupt_compressed_stream_fails_on_payload():
     fake = entry.Entry(header, b"not zstd at all")
     with pytest.raises(CorruptEntryError):
         fake.payload()
+
+
+def test_module_text_rides_after_the_payload_and_is_checked():
+    blob = entry.encode("ab" * 32, b"exe" * 100, compile_seconds=1.0, module_text="module @m {}\n")
+    found = entry.decode(blob, "ab" * 32)
+    assert found.payload() == b"exe" * 100 and found.module_text() == "module @m {}\n"
+    assert found.header.module_text_size > 0
+    assert entry.decode(entry.encode("ab" * 32, b"x", compile_seconds=1.0)).module_text() is None
+    flipped = bytearray(blob)
+    flipped[-3] ^= 0xFF  # inside the module text: the body digest covers it
+    with pytest.raises(CorruptEntryError, match="checksum"):
+        entry.decode(bytes(flipped))
+
+
+def test_header_records_components_and_summary():
+    summary = {"jaxlib": {"version": "1"}}
+    blob = entry.encode("cd" * 32, b"x", compile_seconds=1.0, label="jit_f",
+                        components={"hlo": "00" * 32}, summary=summary)  # fmt: skip
+    header = entry.read_header(blob)
+    assert header.components == {"hlo": "00" * 32} and header.summary["jaxlib"]["version"] == "1"
+    assert header.signer == header.signature == ""

@@ -116,3 +116,9 @@ def test_jax_internals_we_use_are_still_there():
         source = f.read()
     assert "compiler.compile_or_get_cached(" in source, "pxla no longer calls it via the module"
     assert callable(compiler.backend_compile_and_load)
+    # The key's machine component and the readable compile options (see jax_bridge).
+    assert jax_bridge._cpu_machine() != ""
+    from jax._src.lib import xla_client
+
+    options = xla_client.CompileOptions()
+    assert xla_client.CompileOptions.ParseFromString(options.SerializeAsString()).num_replicas == 1

@@ -145,3 +145,50 @@ print(json.dumps({"platform": i.platform, "kinds": list(i.device_kinds), "jaxlib
     got = json.loads(proc.stdout.splitlines()[-1])
     assert got["platform"] == "cpu" and got["kinds"] == ["cpu"]
     assert got["jaxlib"].startswith("0.") and got["hlo_len"] > 0
+
+
+# --- named components ---------------------------------------------------------------
+
+COMPONENT_OF = {
+    "hlo": "hlo",
+    "compile_options": "compile_options",
+    "jaxlib_version": "jaxlib",
+    "platform": "platform",
+    "platform_version": "platform",
+    "device_kinds": "devices",
+    "topology": "devices",
+    "xla_flags": "xla_flags",
+}
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("hlo", b"module @jit_step { }"),
+        ("compile_options", b"\x08\x02"),
+        ("jaxlib_version", "0.10.3"),
+        ("platform_version", "cuda 13.0"),
+        ("device_kinds", ("cpu", "cpu")),
+        ("topology", "1234"),
+        ("xla_flags", ()),
+    ],
+)
+def test_each_input_changes_exactly_its_named_component(field, value):
+    from xlacache.key import COMPONENTS, component_digests, key_from_components
+
+    before = component_digests(BASE)
+    after = component_digests(dataclasses.replace(BASE, **{field: value}))
+    assert set(before) == set(COMPONENTS)
+    assert [c for c in COMPONENTS if before[c] != after[c]] == [COMPONENT_OF[field]]
+    assert key_from_components(before) == cache_key(BASE)
+
+
+def test_identity_summary_is_readable():
+    from xlacache.key import Identity
+
+    ident = Identity(BASE, label="jit_step", details=lambda: {"devices": {"processes": 2}})
+    assert ident.key == cache_key(BASE)
+    summary = ident.summary()
+    assert summary["jaxlib"] == {"version": "0.10.2"}
+    assert summary["devices"] == {"count": 1, "kinds": {"cpu": 1}, "processes": 2}
+    assert summary["xla_flags"] == {"flags": ["--xla_cpu_enable_fast_math=true"]}

@@ -24,6 +24,8 @@ LAYERS = {
     "protocol": 1,
     "config": 2,
     "key": 2,
+    "signing": 3,
+    "explain": 3,
     "stores": 3,
     "cache": 4,
     "bundle": 4,

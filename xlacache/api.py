@@ -6,6 +6,7 @@ import atexit
 import errno
 import os
 import threading
+from collections.abc import Sequence
 
 from xlacache import config as config_mod
 from xlacache import counters, jax_bridge
@@ -30,6 +31,10 @@ def initialize_cache(
     max_age: float | str | None = None,
     min_compile_seconds: float | None = None,
     prefetch: int | None = None,
+    explain: bool | None = None,
+    keep_hlo: bool | None = None,
+    signing_key: str | os.PathLike | None = None,
+    trusted_keys: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
 ) -> None:
     """Route every XLA compilation of this process through a persistent cache.
 
@@ -42,6 +47,13 @@ def initialize_cache(
     once and compiling goes on without it. `prefetch` (default 32) executables used
     most recently are loaded in the background once JAX's backend is up, so a
     restarted job finds them ready; 0 turns that off.
+
+    `explain=True` logs why each miss missed (one line) and records it for
+    `xlacache explain`; `keep_hlo=True` keeps the stripped module text in entries so
+    explanations show differing lines. `signing_key` (key text or file) signs every
+    entry written; with `trusted_keys`, only entries signed by one of them are loaded:
+    others are misses, counted as errors["untrusted"] (see docs/trust.md). A key that
+    cannot be read raises ConfigError.
     """
     global _config, _cache
     settings = config_mod.resolve(
@@ -53,7 +65,12 @@ def initialize_cache(
         max_age=max_age,
         min_compile_seconds=min_compile_seconds,
         prefetch=prefetch,
+        explain=explain,
+        keep_hlo=keep_hlo,
+        signing_key=signing_key,
+        trusted_keys=trusted_keys,
     )
+    keys = _load_keys(settings)
     with _lock:
         if _config is not None:
             if settings == _config:
@@ -66,7 +83,14 @@ def initialize_cache(
         store = _open(settings)
         if store is None:
             return
-        _cache = CompilationCache(store, settings.readonly, settings.min_compile_seconds)
+        _cache = CompilationCache(
+            store,
+            settings.readonly,
+            settings.min_compile_seconds,
+            **keys,
+            explainer=_explainer(settings, store),
+            keep_module_text=settings.keep_hlo,
+        )
         jax_bridge.install(_cache, prefetch=settings.prefetch)
         atexit.register(_close)
 
@@ -84,6 +108,33 @@ def get_cache() -> CompilationCache | None:
 
 def is_initialized() -> bool:
     return _config is not None
+
+
+def _load_keys(settings: CacheConfig) -> dict:
+    """The signer and trusted keys the settings name (ConfigError when unreadable)."""
+    if settings.signing_key is None and settings.trusted_keys is None:
+        return {}
+    from xlacache import signing
+
+    keys: dict = {}
+    if settings.signing_key is not None:
+        keys["signer"] = signing.load_signing_key(settings.signing_key)
+    if settings.trusted_keys is not None:
+        keys["trusted"] = signing.load_trusted_keys(settings.trusted_keys)
+    return keys
+
+
+def _explainer(settings: CacheConfig, store: Store):
+    """An Explainer when asked for: it compares with the local tier and records misses
+    in the local directory, unless this process is read-only."""
+    if not settings.explain:
+        return None
+    from xlacache.explain import MISS_LOG, Explainer
+    from xlacache.stores.tiered import TieredStore
+
+    local = store.local if isinstance(store, TieredStore) else store
+    writable = isinstance(local, LocalStore) and not local.readonly and not settings.readonly
+    return Explainer(local, local.root / MISS_LOG if writable else None)
 
 
 def _open(settings: CacheConfig) -> Store | None:

@@ -13,11 +13,16 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from xlacache import counters, entry
 from xlacache.errors import CacheError, kind_of
 from xlacache.stores.base import Store
+
+if TYPE_CHECKING:
+    from xlacache.explain import Explainer
+    from xlacache.key import Identity
+    from xlacache.signing import TrustedKeys
 
 T = TypeVar("T")
 
@@ -29,12 +34,32 @@ def _count_hit(header: entry.Header, load_seconds: float) -> None:
 
 
 class CompilationCache:
-    """A store plus the rules for using it during compilation."""
+    """A store plus the rules for using it during compilation.
 
-    def __init__(self, store: Store, readonly: bool = False, min_compile_seconds: float = 0.0):
+    `signer` signs every entry written; with `trusted` keys, only entries one of them
+    signed are loaded (others are misses, counted as errors["untrusted"]). `explainer`
+    explains each miss (XLACACHE_EXPLAIN); `keep_module_text` stores the stripped
+    module text with each entry (XLACACHE_KEEP_HLO).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        readonly: bool = False,
+        min_compile_seconds: float = 0.0,
+        *,
+        signer: entry.Signer | None = None,
+        trusted: TrustedKeys | None = None,
+        explainer: Explainer | None = None,
+        keep_module_text: bool = False,
+    ):
         self.store = store
         self.readonly = readonly or store.readonly
         self.min_compile_seconds = min_compile_seconds
+        self.signer = signer
+        self.trusted = trusted
+        self.explainer = explainer
+        self.keep_module_text = keep_module_text
         self._prefetched: dict[str, Future] = {}
         self._prefetch_lock = threading.Lock()
 
@@ -47,11 +72,13 @@ class CompilationCache:
         label: str = "",
         platform: str = "",
         context: dict | None = None,
+        identity: Identity | None = None,
     ) -> T:
         """The executable for `key`: loaded from the store, or compiled and stored.
 
         `context` is what `load` depends on besides the payload; it is stored with the
         entry, and an executable prefetched under the same key and context is reused.
+        `identity` (the key's components) is recorded in the entry and explains misses.
         """
         start = time.perf_counter()
         prefetched = self._take_prefetched(key, context or {})
@@ -72,12 +99,14 @@ class CompilationCache:
                 _count_hit(found.header, time.perf_counter() - start)
                 return result
         counters.add("misses")
+        if self.explainer is not None and identity is not None:
+            self.explainer.on_miss(identity)
         start = time.perf_counter()
         result = compile()
         seconds = time.perf_counter() - start
         counters.add("compile_seconds", seconds)
         if not self.readonly and seconds >= self.min_compile_seconds:
-            self.save(key, lambda: serialize(result), seconds, label, platform, context)
+            self.save(key, lambda: serialize(result), seconds, label, platform, context, identity)
         return result
 
     def prefetch(
@@ -116,7 +145,10 @@ class CompilationCache:
             if blob is None:
                 return None
             counters.add("bytes_read", len(blob))
-            return entry.decode(blob, key, check_body=False)  # the store verified it
+            found = entry.decode(blob, key, check_body=False)  # the store verified it
+            if self.trusted is not None:
+                self.trusted.check(found.header)  # before anything is deserialized
+            return found
         except Exception as exc:  # noqa: BLE001 - every cache failure is a miss
             counters.record_error(kind_of(exc), exc)
             return None
@@ -129,8 +161,9 @@ class CompilationCache:
         label: str = "",
         platform: str = "",
         context: dict | None = None,
+        identity: Identity | None = None,
     ) -> None:
-        """Encode and store an executable; failures are counted, never raised."""
+        """Encode (and sign) and store an executable; failures are counted, never raised."""
         try:
             blob = entry.encode(
                 key,
@@ -139,6 +172,8 @@ class CompilationCache:
                 label=label,
                 platform_name=platform,
                 context=context,
+                signer=self.signer,
+                **self._identity_fields(identity),
             )
             self.store.put(key, blob)
         except Exception as exc:  # noqa: BLE001
@@ -146,6 +181,19 @@ class CompilationCache:
             return
         counters.add("writes")
         counters.add("bytes_written", len(blob))
+
+    def _identity_fields(self, identity: Identity | None) -> dict:
+        """Header fields that describe the key; a failure to describe costs only them."""
+        if identity is None:
+            return {}
+        fields: dict = {"components": identity.components}
+        try:
+            fields["summary"] = identity.summary()
+            if self.keep_module_text and identity.module_text is not None:
+                fields["module_text"] = identity.module_text()
+        except Exception as exc:  # noqa: BLE001
+            counters.record_error("explain", exc)
+        return fields
 
     def discard(self, key: str) -> None:
         """Drop an entry that failed to load, so the next write replaces it."""

@@ -4,12 +4,17 @@ Environment variables (arguments win over them):
 
     XLACACHE_DIR                local cache directory (torch_xla: XLA_PERSISTENT_CACHE_PATH)
     XLACACHE_READONLY           1/true: never write (torch_xla: XLA_PERSISTENT_CACHE_READ_ONLY)
-    XLACACHE_REMOTE             shared store URL, e.g. grpc://cache:7070
-    XLACACHE_TOKEN              bearer token for the remote (or XLACACHE_TOKEN_FILE)
+    XLACACHE_REMOTE             shared store URL: grpc://cache:7070 or gs://bucket/prefix
+    XLACACHE_TOKEN              bearer token for grpc:// (or XLACACHE_TOKEN_FILE); for gs://,
+                                gcsfs's token (a key file; unset: default credentials)
     XLACACHE_MAX_SIZE           local size cap, e.g. 20GB (least recently used go first)
     XLACACHE_MAX_AGE            drop local entries older than this, e.g. 30d
     XLACACHE_MIN_COMPILE_SECONDS  store only executables that took at least this long
     XLACACHE_PREFETCH           how many recently used executables to load ahead (0: off)
+    XLACACHE_EXPLAIN            1: log why each miss missed and record it (xlacache explain)
+    XLACACHE_KEEP_HLO           1: keep the stripped module text in entries (HLO diffs)
+    XLACACHE_SIGNING_KEY        sign every entry written with this key (text or file)
+    XLACACHE_TRUSTED_KEYS       load only entries signed by one of these (comma-separated)
     XLACACHE_TLS_CA, XLACACHE_TLS_CERT, XLACACHE_TLS_KEY   PEM files for grpcs:// remotes
     XLACACHE_SERVE_<SETTING>    settings of `xlacache serve` (see xlacache.server.config)
 
@@ -19,7 +24,7 @@ This module is the only one that reads the environment.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -48,11 +53,16 @@ class CacheConfig:
     max_age: float | None = None
     min_compile_seconds: float = 0.0
     prefetch: int = 32
+    explain: bool = False
+    keep_hlo: bool = False
+    signing_key: str | None = None  # key text or file (xlacache.signing)
+    trusted_keys: tuple[str, ...] | None = None  # key texts or files
 
     def describe(self) -> str:
         shown = {f.name: getattr(self, f.name) for f in fields(self)}
-        if shown["token"]:
-            shown["token"] = "***"
+        for secret in ("token", "signing_key", "trusted_keys"):
+            if shown[secret]:
+                shown[secret] = "***"
         return ", ".join(f"{k}={v!r}" for k, v in shown.items() if v not in (None, False))
 
 
@@ -73,6 +83,12 @@ def _first(env: Mapping[str, str], *names: str) -> tuple[str, str] | None:
         if env.get(name):
             return name, env[name]
     return None
+
+
+def split_list(value: str | os.PathLike | Iterable[str | os.PathLike]) -> tuple[str, ...]:
+    """Items of a comma-separated string or of a list, stripped, empty ones dropped."""
+    items = os.fspath(value).split(",") if isinstance(value, (str, os.PathLike)) else value
+    return tuple(text for item in items if (text := os.fspath(item).strip()))
 
 
 def from_env(env: Mapping[str, str] = os.environ) -> dict:
@@ -97,6 +113,14 @@ def from_env(env: Mapping[str, str] = os.environ) -> dict:
             found["prefetch"] = int(hit[1])
         except ValueError:
             raise ConfigError(f"XLACACHE_PREFETCH={hit[1]!r} is not a whole number") from None
+    if hit := _first(env, "XLACACHE_EXPLAIN"):
+        found["explain"] = parse_bool(hit[1], hit[0])
+    if hit := _first(env, "XLACACHE_KEEP_HLO"):
+        found["keep_hlo"] = parse_bool(hit[1], hit[0])
+    if hit := _first(env, "XLACACHE_SIGNING_KEY"):
+        found["signing_key"] = hit[1]
+    if hit := _first(env, "XLACACHE_TRUSTED_KEYS"):
+        found["trusted_keys"] = split_list(hit[1])
     return found
 
 
@@ -134,6 +158,10 @@ def resolve(path: str | os.PathLike | None = None, **overrides) -> CacheConfig:
         settings["max_size"] = parse_size(settings["max_size"])
     if isinstance(settings.get("max_age"), str):
         settings["max_age"] = parse_duration(settings["max_age"])
+    if settings.get("signing_key") is not None:
+        settings["signing_key"] = os.fspath(settings["signing_key"])
+    if settings.get("trusted_keys") is not None:
+        settings["trusted_keys"] = split_list(settings["trusted_keys"])
     known = {f.name for f in fields(CacheConfig)}
     if unknown := set(settings) - known:
         raise ConfigError(f"unknown cache settings: {', '.join(sorted(unknown))}")

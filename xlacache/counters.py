@@ -19,6 +19,7 @@ class CacheWarning(UserWarning):
 _lock = threading.Lock()
 _counters: Counter[str] = Counter()
 _errors: Counter[str] = Counter()
+_miss_reasons: Counter[str] = Counter()
 _warned: set[str] = set()
 
 # The figures stats() always reports, so scripts can rely on the keys.
@@ -58,12 +59,19 @@ def record_error(kind: str, exc: BaseException | str) -> None:
         )
 
 
+def count_miss_reason(reason: str) -> None:
+    """Count an explained miss by reason (xlacache.explain, with XLACACHE_EXPLAIN=1)."""
+    with _lock:
+        _miss_reasons[reason] += 1
+
+
 def snapshot() -> dict:
-    """This process's figures: counters by name and errors by kind."""
+    """This process's figures: counters by name, errors by kind, explained misses by reason."""
     with _lock:
         figures: dict = {name: _counters.get(name, 0) for name in FIELDS}
         figures.update({k: v for k, v in _counters.items() if k not in figures})
         figures["errors"] = dict(_errors)
+        figures["misses_by_reason"] = dict(_miss_reasons)
     return figures
 
 
@@ -72,4 +80,5 @@ def reset() -> None:
     with _lock:
         _counters.clear()
         _errors.clear()
+        _miss_reasons.clear()
         _warned.clear()

@@ -7,14 +7,18 @@ Layout of an encoded entry::
     u32 big-endian          header length H
     32 bytes                SHA-256 of the header bytes
     H bytes                 header: UTF-8 JSON (see Header)
-    body                    zstd-compressed serialized executable
+    body                    zstd-compressed serialized executable, then (only when
+                            asked to keep it) the zstd-compressed module text
 
 The header names the body's SHA-256 and length, so a flipped byte anywhere or a
-truncated file is caught by `decode` before anything is deserialized.
+truncated file is caught by `decode` before anything is deserialized. A signed entry
+carries its signer's key id and a signature over `signed_form(header)` in the header
+(see `xlacache.signing`); the header names the body's digest, so that covers both.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -24,8 +28,8 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import BinaryIO
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from typing import BinaryIO, Protocol
 
 import zstandard
 
@@ -33,7 +37,7 @@ from xlacache._version import __version__
 from xlacache.errors import CorruptEntryError
 
 MAGIC = b"XLAC"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: key components, summary, module text, signature
 _PRELUDE = struct.Struct(">4sHI32s")  # magic, version, header length, header sha256
 PRELUDE_SIZE = _PRELUDE.size
 MAX_HEADER_SIZE = 1 << 20
@@ -47,6 +51,7 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 def is_sha256_hex(text: object) -> bool:
     """Whether `text` is a hex SHA-256 as keys and digests are written: 64 lowercase hex digits."""
     return isinstance(text, str) and _SHA256_HEX.fullmatch(text) is not None
+MAX_MODULE_TEXT = 1 << 30
 
 
 def _producer() -> dict[str, str]:
@@ -82,6 +87,12 @@ class Header:
     # What loading needs besides the payload (JAX: compile options, device ids), so
     # an entry can be loaded ahead of the request for it (see CompilationCache.prefetch).
     context: dict = field(default_factory=dict)
+    # Cache identity component by component (xlacache.key), for explaining misses.
+    components: dict = field(default_factory=dict)  # component name -> hex SHA-256
+    summary: dict = field(default_factory=dict)  # component name -> readable fields
+    module_text_size: int = 0  # trailing body bytes: the zstd-compressed module text
+    signer: str = ""  # key id of the signing key; "" when unsigned
+    signature: str = ""  # base64 signature over signed_form(header)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,6 +118,10 @@ def _table(value: object) -> bool:
     return isinstance(value, dict)
 
 
+def _digests(value: object) -> bool:
+    return isinstance(value, dict) and all(is_sha256_hex(v) for v in value.values())
+
+
 def _anything(value: object) -> bool:  # a field still without a row (tests catch that)
     return True
 
@@ -127,7 +142,16 @@ HEADER_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "format_version": (lambda v: type(v) is int and v == FORMAT_VERSION, str(FORMAT_VERSION)),
     "producer": (_strings, "an object of strings"),
     "context": (_table, "an object"),
+    "components": (_digests, "an object of 64-hex-digit digests"),
+    "summary": (_table, "an object"),
+    "module_text_size": (_count, "a whole number >= 0"),
+    "signer": (_text, "a string"),
+    "signature": (_text, "a string"),
 }
+# Checks across fields, on the checked Header.
+HEADER_RELATIONS: tuple[tuple[Callable[[Header], bool], str], ...] = (
+    (lambda h: h.module_text_size <= h.body_size, "module_text_size <= body_size"),
+)
 
 
 def header_from_fields(values: object) -> Header:
@@ -147,7 +171,40 @@ def header_from_fields(values: object) -> Header:
             raise CorruptEntryError(f"entry header field {f.name!r} is {shown}, not {wanted}")
     if unknown := set(values) - names:
         raise CorruptEntryError(f"entry header has unknown fields {sorted(unknown)}")
-    return Header(**values)
+    header = Header(**values)
+    for holds, rule in HEADER_RELATIONS:
+        if not holds(header):
+            raise CorruptEntryError(f"entry header breaks {rule}")
+    return header
+
+
+class Signer(Protocol):
+    """What signs entries (xlacache.signing.SigningKey)."""
+
+    key_id: str
+
+    def sign(self, data: bytes) -> bytes: ...
+
+
+SIGNATURE_DOMAIN = b"xlacache-entry-signature-v1\n"
+
+
+def signed_form(header: Header) -> bytes:
+    """The bytes a signature covers: a fixed prefix, then the header as canonical JSON
+    (sorted keys, no spaces, ASCII) without its "signature" field. The header names the
+    key, the signer and the body's SHA-256 and size, so the signature binds them all."""
+    fields = header.to_dict()
+    del fields["signature"]
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return SIGNATURE_DOMAIN + text.encode()
+
+
+def _signed(header: Header, signer: Signer | None) -> Header:
+    if signer is None:
+        return header
+    header = replace(header, signer=signer.key_id, signature="")
+    signature = base64.b64encode(signer.sign(signed_form(header))).decode()
+    return replace(header, signature=signature)
 
 
 @dataclass(frozen=True)
@@ -157,10 +214,21 @@ class Entry:
 
     def payload(self) -> bytes:
         """The serialized executable (decompressed; zstd checks its own frame checksum)."""
+        end = len(self.body) - self.header.module_text_size
+        return self._decompress(self.body[:end], self.header.payload_size)
+
+    def module_text(self) -> str | None:
+        """The stripped module text, where the writer kept it (XLACACHE_KEEP_HLO)."""
+        if not self.header.module_text_size:
+            return None
+        tail = self.body[len(self.body) - self.header.module_text_size :]
+        return self._decompress(tail, MAX_MODULE_TEXT).decode("utf-8", "replace")
+
+    def _decompress(self, data, limit: int) -> bytes:
+        if not 0 <= self.header.module_text_size <= len(self.body):
+            raise CorruptEntryError(f"entry {self.header.key}: module text size out of range")
         try:
-            return zstandard.ZstdDecompressor().decompress(
-                self.body, max_output_size=self.header.payload_size
-            )
+            return zstandard.ZstdDecompressor().decompress(data, max_output_size=limit)
         except zstandard.ZstdError as exc:
             raise CorruptEntryError(f"entry {self.header.key}: cannot decompress: {exc}") from exc
 
@@ -174,9 +242,19 @@ def encode(
     platform_name: str = "",
     created: float | None = None,
     context: dict | None = None,
+    components: dict | None = None,
+    summary: dict | None = None,
+    module_text: str | None = None,
+    signer: Signer | None = None,
 ) -> bytes:
-    """Build an encoded entry for `payload` (a serialized executable) under `key`."""
-    body = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True).compress(payload)
+    """Build an encoded entry for `payload` (a serialized executable) under `key`.
+
+    `components` and `summary` describe the key (xlacache.key.Identity); `module_text`
+    is kept compressed after the executable; `signer` signs the header.
+    """
+    compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True)
+    text = compressor.compress(module_text.encode()) if module_text else b""
+    body = compressor.compress(payload) + text
     header = Header(
         key=key,
         payload_sha256=hashlib.sha256(body).hexdigest(),
@@ -188,11 +266,24 @@ def encode(
         platform=platform_name,
         producer=_producer(),
         context=context or {},
+        components=components or {},
+        summary=summary or {},
+        module_text_size=len(text),
     )
+    return _pack(_signed(header, signer), body)
+
+
+def sign(blob: bytes | memoryview, signer: Signer) -> bytes:
+    """The verified entry `blob`, re-encoded with its header signed by `signer`."""
+    found = decode(blob)
+    return _pack(_signed(found.header, signer), found.body)
+
+
+def _pack(header: Header, body: bytes | memoryview) -> bytes:
     try:  # never write what no reader would accept
         header_from_fields(header.to_dict())
     except CorruptEntryError as exc:
-        raise ValueError(f"cannot encode entry {key!r}: {exc}") from None
+        raise ValueError(f"cannot encode entry {header.key!r}: {exc}") from None
     header_bytes = json.dumps(header.to_dict(), sort_keys=True).encode()
     prelude = _PRELUDE.pack(
         MAGIC, FORMAT_VERSION, len(header_bytes), hashlib.sha256(header_bytes).digest()

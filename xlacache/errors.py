@@ -109,6 +109,19 @@ class IndexClosedError(StoreIndexError):
     """The index was closed (the store is closing): never a sign of damage."""
 
 
+class UntrustedEntryError(CacheError):
+    """An entry not signed by a trusted key: unsigned, foreign, or a bad signature.
+
+    `reason` is "unsigned", "foreign" or "bad_signature".
+    """
+
+    kind = "untrusted"
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 # errno values of an OSError and the kind each is filed under; the rest are "io".
 _OS_KINDS = {
     errno.ENOSPC: "disk_full",

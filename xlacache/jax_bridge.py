@@ -10,15 +10,19 @@ embeds the cache directory, then asks `CompilationCache.get_or_compile`.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
+import functools
 import inspect
 import io
+import json
 import os
 import sys
+import weakref
 
 from xlacache import counters
 from xlacache.cache import CompilationCache
-from xlacache.key import KeyInputs, affects_codegen, cache_key, codegen_flags
+from xlacache.key import Identity, KeyInputs, affects_codegen, codegen_flags
 
 # The parameters of compile_or_get_cached this wrapper relies on, in order.
 EXPECTED_PARAMETERS = (
@@ -32,6 +36,7 @@ EXPECTED_PARAMETERS = (
 
 _original = None
 _cache: CompilationCache | None = None
+_topologies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> topology
 
 
 def _compiler():
@@ -97,8 +102,20 @@ def key_inputs(backend, computation, devices, compile_options) -> KeyInputs:
         platform=backend.platform,
         platform_version=backend.platform_version,
         device_kinds=tuple(d.device_kind for d in devices.flat),
-        topology=_topology(devices),
+        topology=_topology(backend, devices),
         xla_flags=codegen_flags(_xla_flags()),
+    )
+
+
+def identity(backend, computation, devices, compile_options) -> Identity:
+    """xlacache's key for a JAX compilation, with its named components and, on demand,
+    readable details (compile options, processes) and the stripped module text."""
+    inputs = key_inputs(backend, computation, devices, compile_options)
+    return Identity(
+        inputs,
+        label=module_name(computation),
+        details=lambda: _details(inputs),
+        module_text=lambda: _module_text(computation),
     )
 
 
@@ -123,20 +140,21 @@ def _compile_or_get_cached(
     if cache is None or host_callbacks or not _serializable(backend):
         return compile_()
     try:
-        key = cache_key(key_inputs(backend, computation, devices, compile_options))
+        ident = identity(backend, computation, devices, compile_options)
     except Exception as exc:  # noqa: BLE001
         counters.record_error("key", exc)
         return compile_()
     return cache.get_or_compile(
-        key,
+        ident.key,
         compile=compile_,
         load=lambda payload: backend.deserialize_executable(
             payload, executable_devices, compile_options
         ),
         serialize=lambda executable: executable.serialize(),
-        label=module_name(computation),
+        label=ident.label,
         platform=backend.platform,
         context=load_context(compile_options, executable_devices),
+        identity=ident,
     )
 
 
@@ -155,7 +173,7 @@ def load_entry(found):
 
     context = found.header.context
     backend = xla_bridge.get_backend(found.header.platform or None)
-    by_id = {d.id: d for d in backend.local_devices()}
+    by_id = {d.id: d for d in backend.devices()}  # global ids, as in a multi-process job
     devices = xla_client.DeviceList(tuple(by_id[i] for i in context["device_ids"]))
     options = xla_client.CompileOptions.ParseFromString(
         base64.b64decode(context["compile_options"])
@@ -208,14 +226,141 @@ def _normalized_options(compile_options, platform: str) -> bytes:
     return options.SerializeAsString()
 
 
-def _topology(devices) -> str:
+def _topology(backend, devices) -> str:
+    """The job's topology, the same on every process of a multi-process job.
+
+    Every global device (id, process, kind, and chip coordinates where the platform has
+    them), the process count, and the machine. XLA's own topology fingerprint describes
+    only the local process's devices on CPU, so there the machine is the fingerprint of
+    a one-device CPU topology (the host's code-generation target); elsewhere it is the
+    fingerprint of the computation's devices' topology, as before.
+    """
+    try:
+        return _topologies[backend]
+    except (KeyError, TypeError):
+        pass
+    rows = []
+    for d in sorted(backend.devices(), key=lambda d: d.id):
+        row = [d.id, d.process_index, d.device_kind]
+        row += [[name, getattr(d, name)] for name in _CHIP_ATTRIBUTES if hasattr(d, name)]
+        rows.append(row)
+    description = {
+        "processes": len({row[1] for row in rows}),
+        "devices": rows,
+        "machine": _machine(backend, devices),
+    }
+    topology = json.dumps(description, sort_keys=True, separators=(",", ":"), default=str)
+    with contextlib.suppress(TypeError):  # not weak-referenceable: computed each time
+        _topologies[backend] = topology
+    return topology
+
+
+_CHIP_ATTRIBUTES = ("coords", "core_on_chip", "slice_index")
+
+
+def _machine(backend, devices) -> str:
     from jax._src.lib import xla_client
 
+    if backend.platform == "cpu":
+        with contextlib.suppress(Exception):  # else the local topology: exact, per process
+            return _cpu_machine()
     try:
-        topology = xla_client.get_topology_for_devices(list(devices.flat))
-        return str(topology.fingerprint())
-    except Exception:  # noqa: BLE001 - backends without topology: kinds and count serve
+        return str(xla_client.get_topology_for_devices(list(devices.flat)).fingerprint())
+    except Exception:  # noqa: BLE001 - backends without topology: the device list serves
         return ""
+
+
+@functools.cache
+def _cpu_machine() -> str:
+    from jax._src.lib import xla_client
+
+    client = xla_client.make_cpu_client(num_devices=1)
+    return str(xla_client.get_topology_for_devices(client.devices()).fingerprint())
+
+
+def _details(inputs: KeyInputs) -> dict[str, dict]:
+    """Readable key details beyond KeyInputs: compile options fields, job shape."""
+    job = json.loads(inputs.topology) if inputs.topology else {}
+    return {
+        "compile_options": _options_summary(inputs.compile_options),
+        "devices": {
+            "processes": job.get("processes", 1),
+            "global_devices": len(job.get("devices", ())),
+        },
+    }
+
+
+_OPTION_FIELDS = (
+    "num_replicas",
+    "num_partitions",
+    "parameter_is_tupled_arguments",
+    "compile_portable_executable",
+    "profile_version",
+    "device_assignment",
+)
+_BUILD_FIELDS = (
+    "num_replicas",
+    "num_partitions",
+    "use_spmd_partitioning",
+    "use_auto_spmd_partitioning",
+    "use_shardy_partitioner",
+    "allow_spmd_sharding_propagation_to_output",
+    "allow_spmd_sharding_propagation_to_parameters",
+    "auto_spmd_partitioning_mesh_shape",
+    "auto_spmd_partitioning_mesh_ids",
+    "optimization_level",
+    "memory_fitting_level",
+    "exec_time_optimization_effort",
+    "memory_fitting_effort",
+    "fdo_profile",
+    "result_layout",
+)
+_MAX_SHOWN = 200
+
+
+def _readable(value):
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    if isinstance(value, bytes):
+        return f"{len(value)} bytes" if value else ""
+    text = str(value)
+    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
+
+
+def _options_summary(serialized: bytes) -> dict:
+    """The compile options' fields people can read (XLA_FLAGS reach the debug options)."""
+    from jax._src.lib import xla_client
+
+    options = xla_client.CompileOptions.ParseFromString(serialized)
+    build = options.executable_build_options
+    fields = {name: _readable(getattr(options, name, None)) for name in _OPTION_FIELDS}
+    fields.update({f"build.{n}": _readable(getattr(build, n, None)) for n in _BUILD_FIELDS})
+    fields["env_option_overrides"] = [f"{n}={v}" for n, v in options.env_option_overrides]
+    for name, value in _debug_fields(build.debug_options).items():
+        if affects_codegen(name):
+            fields[f"debug.{name}"] = _readable(value)
+    return fields
+
+
+def _debug_fields(debug) -> dict:
+    values = {}
+    for name in dir(debug):
+        if name.startswith("xla_"):
+            try:
+                values[name] = getattr(debug, name)
+            except Exception:  # noqa: BLE001 - a field the bindings cannot read
+                continue
+    return values
+
+
+def _module_text(computation) -> str:
+    """The module as text, debug info stripped and large constants elided."""
+    from jax._src.lib.mlir import passmanager
+
+    with computation.context:
+        module = computation.operation.clone()
+        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module)
+        return module.get_asm(enable_debug_info=False, large_elements_limit=32)
 
 
 def _xla_flags() -> list[str]:

@@ -1,26 +1,38 @@
 """Cache identity: the one place that decides what makes two compilations the same.
 
-A key is a SHA-256 over length-prefixed, named components:
+A key is a SHA-256 over named components, each itself a SHA-256 over its
+length-prefixed parts (as JAX's cache_key.py, every component can be logged and
+compared on its own, which is how `xlacache.explain` names the reason for a miss):
 
-- the HLO module with debug/location metadata stripped (comments or moved lines in
-  user code do not change it),
-- the compile options with debug-only fields cleared (dump paths, cache paths),
-- jaxlib version, platform name and version, device kinds, count and topology,
-- the XLA flags that affect code generation (dump/debug flags dropped, order-free),
-- xlacache's entry-format version.
+- ``hlo``: the module with debug/location metadata stripped (comments or moved lines
+  in user code do not change it),
+- ``compile_options``: with debug-only fields cleared (dump paths, cache paths),
+- ``jaxlib``: the jaxlib version,
+- ``platform``: platform name and version,
+- ``devices``: device kinds and count, and the job's topology: every global device
+  (id, process, kind), the process count and the machine, the same on every process
+  of a multi-process job,
+- ``xla_flags``: the XLA flags that affect code generation (dump/debug flags dropped,
+  order-free),
+- ``format``: xlacache's entry-format version.
 
 Nothing about where the cache lives enters the key, so entries survive moving the
-cache directory, and the same program gives the same key on every machine that has
-the same setup. `xlacache.jax_bridge` extracts the components from JAX objects.
+cache directory, and the same program gives the same key on every machine and every
+process that has the same setup. `xlacache.jax_bridge` extracts the components from
+JAX objects.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from xlacache.entry import FORMAT_VERSION, is_sha256_hex
+
+# The named components of a key, in the order they are hashed.
+COMPONENTS = ("format", "hlo", "compile_options", "jaxlib", "platform", "devices", "xla_flags")
 
 # XLA flags (and DebugOptions fields of the same names) that change only what XLA
 # writes for people or where it keeps side caches, never the executable.
@@ -48,30 +60,93 @@ class KeyInputs:
     platform: str
     platform_version: str
     device_kinds: tuple[str, ...]
-    topology: str  # topology fingerprint, or "" where the backend has none
+    topology: str  # process-independent description of the job's devices, or ""
     xla_flags: tuple[str, ...]  # already filtered and sorted: see codegen_flags()
 
 
-def cache_key(inputs: KeyInputs) -> str:
-    """The hex SHA-256 that names an entry."""
+def key_parts(inputs: KeyInputs) -> dict[str, list[tuple[str, bytes]]]:
+    """Each component's named parts, as hashed."""
+    return {
+        "format": [("format", str(FORMAT_VERSION).encode())],
+        "hlo": [("hlo", inputs.hlo)],
+        "compile_options": [("compile_options", inputs.compile_options)],
+        "jaxlib": [("jaxlib", inputs.jaxlib_version.encode())],
+        "platform": [
+            ("platform", inputs.platform.encode()),
+            ("platform_version", inputs.platform_version.encode()),
+        ],
+        "devices": [
+            ("device_kinds", "\0".join(inputs.device_kinds).encode()),
+            ("device_count", str(len(inputs.device_kinds)).encode()),
+            ("topology", inputs.topology.encode()),
+        ],
+        "xla_flags": [("xla_flags", "\0".join(inputs.xla_flags).encode())],
+    }
+
+
+def _digest(parts: Iterable[tuple[str, bytes]]) -> str:
     h = hashlib.sha256()
-    parts: list[tuple[str, bytes]] = [
-        ("format", str(FORMAT_VERSION).encode()),
-        ("hlo", inputs.hlo),
-        ("compile_options", inputs.compile_options),
-        ("jaxlib", inputs.jaxlib_version.encode()),
-        ("platform", inputs.platform.encode()),
-        ("platform_version", inputs.platform_version.encode()),
-        ("device_kinds", "\0".join(inputs.device_kinds).encode()),
-        ("device_count", str(len(inputs.device_kinds)).encode()),
-        ("topology", inputs.topology.encode()),
-        ("xla_flags", "\0".join(inputs.xla_flags).encode()),
-    ]
     for name, value in parts:
         h.update(name.encode())
         h.update(len(value).to_bytes(8, "big"))
         h.update(value)
     return h.hexdigest()
+
+
+def component_digests(inputs: KeyInputs) -> dict[str, str]:
+    """The hex SHA-256 of each named component."""
+    return {name: _digest(parts) for name, parts in key_parts(inputs).items()}
+
+
+def key_from_components(components: Mapping[str, str]) -> str:
+    """The key that names an entry, from its component digests."""
+    return _digest((name, bytes.fromhex(components[name])) for name in COMPONENTS)
+
+
+def cache_key(inputs: KeyInputs) -> str:
+    """The hex SHA-256 that names an entry."""
+    return key_from_components(component_digests(inputs))
+
+
+def summarize(inputs: KeyInputs) -> dict[str, dict]:
+    """What people can read of each component (a digest alone says only 'differs')."""
+    return {
+        "format": {"version": FORMAT_VERSION},
+        "hlo": {"bytes": len(inputs.hlo)},
+        "compile_options": {},
+        "jaxlib": {"version": inputs.jaxlib_version},
+        "platform": {"name": inputs.platform, "version": inputs.platform_version},
+        "devices": {"count": len(inputs.device_kinds), "kinds": dict(Counter(inputs.device_kinds))},
+        "xla_flags": {"flags": list(inputs.xla_flags)},
+    }
+
+
+@dataclass(frozen=True, eq=False)
+class Identity:
+    """A key with its named components: what an entry header records and a miss explains.
+
+    The summary and the module text cost more than the key, so they are computed only
+    when an entry is written or a miss explained (`details` and `module_text` supply
+    what the backend knows beyond KeyInputs, e.g. readable compile options).
+    """
+
+    inputs: KeyInputs
+    label: str = ""
+    details: Callable[[], Mapping[str, Mapping]] | None = None
+    module_text: Callable[[], str] | None = None
+    components: dict[str, str] = field(init=False)
+    key: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        components = component_digests(self.inputs)
+        object.__setattr__(self, "components", components)
+        object.__setattr__(self, "key", key_from_components(components))
+
+    def summary(self) -> dict[str, dict]:
+        summary = summarize(self.inputs)
+        for name, extra in (self.details() if self.details else {}).items():
+            summary.setdefault(name, {}).update(extra)
+        return summary
 
 
 def affects_codegen(flag_name: str) -> bool:

@@ -7,11 +7,13 @@ Each opens a store (a directory or grpc://), asks it one thing and prints the an
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from xlacache import signing
 from xlacache.cli.common import (
     BadInput,
     JsonOpt,
@@ -163,24 +165,43 @@ def verify(
     ] = False,
     as_json: JsonOpt = False,
     token: TokenOpt = None,
+    trusted_keys: Annotated[
+        str | None,
+        typer.Option(
+            "--trusted-keys",
+            help="Also check signatures: report entries not signed by one of these keys "
+            "(comma-separated key texts or files; see docs/trust.md). Exit 1 if any.",
+        ),
+    ] = None,
 ) -> None:
     """Check every entry's checksums; exit 1 on corrupt entries unless --repair.
 
     Without --repair the cache is opened read-only.
 
-    --json prints one object:
+    --json prints one object ("trust" only with --trusted-keys):
       {"store": URL, "checked": int, "corrupt": [KEY, ...], "repaired": bool,
-      "stale_temp_files": int}
+      "stale_temp_files": int, "trust": {"checked": int, "trusted": int,
+      "unsigned": [KEY, ...], "foreign": [KEY, ...], "bad_signature": [KEY, ...],
+      "unreadable": [KEY, ...]}}
     """
+    trusted = None if trusted_keys is None else signing.load_trusted_keys(trusted_keys)
     with open_cache(path, readonly=not repair, token=token) as store:
         expected = store.summary().entries
         with progress(f"verifying {plural(expected, 'entry')}", expected, steps=False):
             report = store.verify(repair=repair)
+        audit = None if trusted is None else signing.audit(store, trusted)
         url = store.url
     if as_json:
-        print_json({"store": url, **report.to_dict()})
+        trust = {} if audit is None else {"trust": asdict(audit)}
+        print_json({"store": url, **report.to_dict(), **trust})
     else:
         _print_verify(url, report)
+        if audit is not None:
+            _print_audit(audit)
+    if audit is not None and audit.untrusted:
+        raise OperationFailed(
+            f"{plural(audit.untrusted, 'entry')} in {url} not signed by a trusted key"
+        )
     if report.corrupt and not repair:
         raise OperationFailed(
             f"{plural(len(report.corrupt), 'corrupt entry')} in {url} "
@@ -200,6 +221,17 @@ def _print_verify(url: str, report: VerifyReport) -> None:
     if report.stale_temp_files:
         done = "removed" if report.repaired else "run --repair to remove them"
         console.print(f"{plural(report.stale_temp_files, 'abandoned temp file')} ({done})")
+
+
+def _print_audit(audit: signing.TrustAudit) -> None:
+    console = stdout()
+    for status in ("unsigned", "foreign", "bad_signature"):
+        for key in getattr(audit, status):
+            console.print(f"{status.replace('_', ' ')}: {key}")
+    console.print(
+        f"signatures: {audit.trusted} trusted, {len(audit.unsigned)} unsigned, "
+        f"{len(audit.foreign)} signed by other keys, {len(audit.bad_signature)} bad"
+    )
 
 
 def _normalize_key(text: str) -> str:

@@ -124,7 +124,10 @@ class StoreCommand(TyperCommand):
 # -- shared options and helpers --------------------------------------------------------
 
 PathArg = Annotated[
-    str, typer.Argument(help="Cache directory, or grpc://host:port of an xlacache server.")
+    str,
+    typer.Argument(
+        help="Cache directory, grpc://host:port of an xlacache server, or gs://bucket/prefix."
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (see above).")]
 TokenOpt = Annotated[

@@ -1,15 +1,16 @@
 """Entry point of the `xlacache` console script (and of `python -m xlacache`).
 
 Each command group lives in its own module and registers itself on `app`:
-`commands` (inspect, stats, prune, verify, rm), `bundles` (export, import) and
-`serve`. A new command goes in a module of its own with a `register(app)`, added here.
+`commands` (inspect, stats, prune, verify, rm), `bundles` (export, import), `explain`
+(explain, diff), `trust` (sign, keygen) and `serve`. A new command goes in a module of
+its own with a `register(app)`, added here.
 """
 
 from __future__ import annotations
 
 import typer
 
-from xlacache.cli import bundles, commands, serve
+from xlacache.cli import bundles, commands, explain, serve, trust
 from xlacache.cli.common import OneLineGroup
 
 app = typer.Typer(
@@ -22,6 +23,8 @@ app = typer.Typer(
 )
 commands.register(app)
 bundles.register(app)
+explain.register(app)
+trust.register(app)
 serve.register(app)
 
 

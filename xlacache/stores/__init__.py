@@ -3,6 +3,7 @@
 `open_store(url)` picks the backend from the URL:
   /path or file:///path   -> LocalStore (directory of entry files + SQLite index)
   grpc://host:port        -> GrpcStore (an `xlacache serve` daemon), grpcs:// for TLS
+  gs://bucket[/prefix]    -> GCSStore (objects in Google Cloud Storage, through gcsfs)
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ def open_store(url: str, *, readonly: bool = False, create: bool = True, **optio
         from xlacache.stores.remote import GrpcStore
 
         return GrpcStore(url, readonly=readonly, **options)
+    if scheme in ("gs", "gcs"):
+        from xlacache.stores.gcs import GCSStore
+
+        return GCSStore(url, readonly=readonly, create=create, **options)
     if scheme in ("", "file"):
         from xlacache.stores.local import LocalStore
 

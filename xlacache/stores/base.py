@@ -40,6 +40,27 @@ class PrunePolicy:
     older_than: float | None = None  # seconds since created
     unused_for: float | None = None  # seconds since last used
 
+    def select(self, infos: Iterable[EntryInfo], now: float) -> list[EntryInfo]:
+        """The entries this policy removes: too old or unused first, then least recently
+        used ones until the rest fit in max_size."""
+        doomed: dict[str, EntryInfo] = {}
+        survivors: list[EntryInfo] = []
+        for info in sorted(infos, key=lambda i: i.last_used):  # least recent first
+            too_old = self.older_than is not None and now - info.created > self.older_than
+            unused = self.unused_for is not None and now - info.last_used > self.unused_for
+            if too_old or unused:
+                doomed[info.key] = info
+            else:
+                survivors.append(info)
+        if self.max_size is not None:
+            excess = sum(i.size for i in survivors) - self.max_size
+            for info in survivors:
+                if excess <= 0:
+                    break
+                doomed[info.key] = info
+                excess -= info.size
+        return list(doomed.values())
+
 
 @dataclass
 class StoreSummary:
@@ -48,6 +69,18 @@ class StoreSummary:
     payload_bytes: int = 0
     hits: int = 0
     compile_seconds: float = 0.0  # total compile time the stored entries represent
+
+    @classmethod
+    def of(cls, infos: Iterable[EntryInfo]) -> StoreSummary:
+        """The summary of these entries."""
+        total = cls()
+        for info in infos:
+            total.entries += 1
+            total.bytes += info.size
+            total.payload_bytes += info.payload_size
+            total.hits += info.hits
+            total.compile_seconds += info.compile_seconds
+        return total
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -141,6 +174,23 @@ class Store(abc.ABC):
     def verify(self, repair: bool = False) -> VerifyReport:
         """Check every entry; with repair, remove the corrupt ones."""
         raise NotImplementedError(f"{type(self).__name__} cannot verify")
+
+    def read_header(self, key: str) -> entry.Header | None:
+        """The checked header of the entry under `key`, or None when absent.
+
+        For tools that compare entries (explain, diff, trust audits). This default reads
+        the whole entry; backends override it to read only the header where they can.
+        """
+        blob = self.get(key)
+        return None if blob is None else entry.read_header(blob)
+
+    def peek(self, key: str) -> bytes | None:
+        """The verified entry under `key`, or None, read without counting it as a use.
+
+        For tools that look at entries (explain, diff). This default is `get`; backends
+        that record uses on `get` override it.
+        """
+        return self.get(key)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and file handles."""

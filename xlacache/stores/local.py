@@ -241,40 +241,18 @@ class LocalStore(Store):
         result = self._index_call(lambda ix: ix.summary())
         if result is not None:
             return result
-        total = StoreSummary()
-        for info in self.scan():
-            total.entries += 1
-            total.bytes += info.size
-            total.payload_bytes += info.payload_size
-            total.compile_seconds += info.compile_seconds
-        return total
+        return StoreSummary.of(self.scan())
 
     def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
         if self.readonly and not dry_run:
             raise ReadOnlyError(f"{self.root} is open read-only")
-        now = time.time()
-        doomed: dict[str, EntryInfo] = {}
-        survivors: list[EntryInfo] = []
-        for info in sorted(self.list(), key=lambda i: i.last_used):  # least recent first
-            too_old = policy.older_than is not None and now - info.created > policy.older_than
-            unused = policy.unused_for is not None and now - info.last_used > policy.unused_for
-            if too_old or unused:
-                doomed[info.key] = info
-            else:
-                survivors.append(info)
-        if policy.max_size is not None:
-            excess = sum(i.size for i in survivors) - policy.max_size
-            for info in survivors:
-                if excess <= 0:
-                    break
-                doomed[info.key] = info
-                excess -= info.size
+        doomed = policy.select(self.list(), time.time())
         if doomed and not dry_run:
-            self._remove(doomed)
+            self._remove(i.key for i in doomed)
             counters.add("evictions", len(doomed))
         if not dry_run:
             self.remove_stale_temp_files()
-        return list(doomed.values())
+        return doomed
 
     def verify(self, repair: bool = False) -> VerifyReport:
         if repair and self.readonly:
@@ -409,6 +387,23 @@ class LocalStore(Store):
 
     def entry_path(self, key: str) -> Path:
         return self.files.entry_path(key)
+
+    def peek(self, key: str) -> bytes | None:
+        """The verified entry, read without recording a hit (never touches the index)."""
+        try:
+            blob = self.entry_path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        entry.verify(blob, key)
+        return blob
+
+    def read_header(self, key: str) -> entry.Header | None:
+        """The entry's header, read from the front of its file (never touches the index)."""
+        try:
+            with open(self.entry_path(key), "rb") as f:
+                return entry.read_file_header(f)[0]
+        except FileNotFoundError:
+            return None
 
     def _remove(self, keys: Iterable[str]) -> None:
         keys = list(keys)

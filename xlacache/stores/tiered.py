@@ -114,9 +114,13 @@ class TieredStore(Store):
         return self.local.summary()
 
     def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
+        if self.readonly and not dry_run:
+            raise ReadOnlyError(f"{self.url} is open read-only")
         return self.local.prune(policy, dry_run=dry_run)
 
     def verify(self, repair: bool = False) -> VerifyReport:
+        if self.readonly and repair:
+            raise ReadOnlyError(f"{self.url} is open read-only")
         return self.local.verify(repair=repair)
 
     # -- writes ------------------------------------------------------------------------
