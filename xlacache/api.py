@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 from xlacache import config as config_mod
 from xlacache import counters, jax_bridge
-from xlacache.cache import CompilationCache, error_kind
+from xlacache.cache import CompilationCache
 from xlacache.config import CacheConfig
-from xlacache.errors import ConfigError
+from xlacache.errors import ConfigError, kind_of
 from xlacache.stores import Store, open_store
 from xlacache.stores.local import LocalStore
 
@@ -142,7 +142,7 @@ def _open(settings: CacheConfig) -> Store | None:
     try:
         local = _open_local(settings)
     except Exception as exc:  # noqa: BLE001 - no cache is better than no training
-        counters.record_error(error_kind(exc), exc)
+        counters.record_error(kind_of(exc), exc)
     if settings.remote is None:
         return local
     try:

@@ -9,8 +9,6 @@ the user's and propagate unchanged.
 
 from __future__ import annotations
 
-import errno
-import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -18,12 +16,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, TypeVar
 
 from xlacache import counters, entry
-from xlacache.errors import (
-    CacheError,
-    CorruptEntryError,
-    StoreUnavailableError,
-    UntrustedEntryError,
-)
+from xlacache.errors import CacheError, kind_of
 from xlacache.stores.base import Store
 
 if TYPE_CHECKING:
@@ -32,27 +25,6 @@ if TYPE_CHECKING:
     from xlacache.signing import TrustedKeys
 
 T = TypeVar("T")
-
-
-def error_kind(exc: BaseException) -> str:
-    """The counter an absorbed failure is filed under."""
-    if isinstance(exc, UntrustedEntryError):
-        return "untrusted"
-    if isinstance(exc, CorruptEntryError):
-        return "corrupt"
-    if isinstance(exc, StoreUnavailableError):
-        return "remote"
-    if isinstance(exc, OSError):
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return "disk_full"
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return "permission"
-        return "io"
-    if isinstance(exc, sqlite3.Error):
-        return "index"
-    if isinstance(exc, CacheError):
-        return "cache"
-    return "internal"
 
 
 def _count_hit(header: entry.Header, load_seconds: float) -> None:
@@ -121,7 +93,7 @@ class CompilationCache:
             try:
                 result = load(found.payload())
             except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
-                counters.record_error("corrupt" if isinstance(exc, CacheError) else "load", exc)
+                counters.record_error(exc.kind if isinstance(exc, CacheError) else "load", exc)
                 self.discard(key)
             else:
                 _count_hit(found.header, time.perf_counter() - start)
@@ -178,7 +150,7 @@ class CompilationCache:
                 self.trusted.check(found.header)  # before anything is deserialized
             return found
         except Exception as exc:  # noqa: BLE001 - every cache failure is a miss
-            counters.record_error(error_kind(exc), exc)
+            counters.record_error(kind_of(exc), exc)
             return None
 
     def save(
@@ -205,7 +177,7 @@ class CompilationCache:
             )
             self.store.put(key, blob)
         except Exception as exc:  # noqa: BLE001
-            counters.record_error(error_kind(exc), exc)
+            counters.record_error(kind_of(exc), exc)
             return
         counters.add("writes")
         counters.add("bytes_written", len(blob))
@@ -230,14 +202,14 @@ class CompilationCache:
         try:
             self.store.delete(key)
         except Exception as exc:  # noqa: BLE001
-            counters.record_error(error_kind(exc), exc)
+            counters.record_error(kind_of(exc), exc)
 
     def _recent_keys(self, limit: int, max_bytes: int) -> list[str]:
         """Keys of the last run's programs: the most recently used, in order of use."""
         try:
             infos = sorted(self.store.list(), key=lambda i: i.last_used, reverse=True)
         except Exception as exc:  # noqa: BLE001
-            counters.record_error(error_kind(exc), exc)
+            counters.record_error(kind_of(exc), exc)
             return []
         chosen, total = [], 0
         for info in infos[:limit]:
@@ -286,4 +258,4 @@ class CompilationCache:
         try:
             self.store.close()
         except Exception as exc:  # noqa: BLE001
-            counters.record_error(error_kind(exc), exc)
+            counters.record_error(kind_of(exc), exc)

@@ -15,6 +15,10 @@ Environment variables (arguments win over them):
     XLACACHE_KEEP_HLO           1: keep the stripped module text in entries (HLO diffs)
     XLACACHE_SIGNING_KEY        sign every entry written with this key (text or file)
     XLACACHE_TRUSTED_KEYS       load only entries signed by one of these (comma-separated)
+    XLACACHE_TLS_CA, XLACACHE_TLS_CERT, XLACACHE_TLS_KEY   PEM files for grpcs:// remotes
+    XLACACHE_SERVE_<SETTING>    settings of `xlacache serve` (see xlacache.server.config)
+
+This module is the only one that reads the environment.
 """
 
 from __future__ import annotations
@@ -29,6 +33,14 @@ from xlacache.units import parse_duration, parse_size
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+ENV_TOKEN = "XLACACHE_TOKEN"
+ENV_TOKEN_FILE = "XLACACHE_TOKEN_FILE"
+ENV_TLS = {
+    "tls_ca": "XLACACHE_TLS_CA",
+    "tls_cert": "XLACACHE_TLS_CERT",
+    "tls_key": "XLACACHE_TLS_KEY",
+}
+SERVE_PREFIX = "XLACACHE_SERVE_"
 
 
 @dataclass(frozen=True)
@@ -54,10 +66,14 @@ class CacheConfig:
         return ", ".join(f"{k}={v!r}" for k, v in shown.items() if v not in (None, False))
 
 
-def _flag(name: str, value: str) -> bool:
-    if value.strip().lower() in _TRUE:
+def parse_bool(value: str | bool, name: str = "value") -> bool:
+    """True from 1/true/yes/on, False from 0/false/no/off or nothing; else ConfigError."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
         return True
-    if value.strip().lower() in _FALSE:
+    if text in _FALSE:
         return False
     raise ConfigError(f"{name}={value!r} is not a boolean (use 1 or 0)")
 
@@ -81,13 +97,11 @@ def from_env(env: Mapping[str, str] = os.environ) -> dict:
     if hit := _first(env, "XLACACHE_DIR", "XLA_PERSISTENT_CACHE_PATH"):
         found["path"] = hit[1]
     if hit := _first(env, "XLACACHE_READONLY", "XLA_PERSISTENT_CACHE_READ_ONLY"):
-        found["readonly"] = _flag(*hit)
+        found["readonly"] = parse_bool(hit[1], hit[0])
     if hit := _first(env, "XLACACHE_REMOTE"):
         found["remote"] = hit[1]
-    if hit := _first(env, "XLACACHE_TOKEN"):
-        found["token"] = hit[1]
-    elif hit := _first(env, "XLACACHE_TOKEN_FILE"):
-        found["token"] = Path(hit[1]).read_text().strip()
+    if token := remote_token(env):
+        found["token"] = token
     if hit := _first(env, "XLACACHE_MAX_SIZE"):
         found["max_size"] = parse_size(hit[1])
     if hit := _first(env, "XLACACHE_MAX_AGE"):
@@ -100,14 +114,33 @@ def from_env(env: Mapping[str, str] = os.environ) -> dict:
         except ValueError:
             raise ConfigError(f"XLACACHE_PREFETCH={hit[1]!r} is not a whole number") from None
     if hit := _first(env, "XLACACHE_EXPLAIN"):
-        found["explain"] = _flag(*hit)
+        found["explain"] = parse_bool(hit[1], hit[0])
     if hit := _first(env, "XLACACHE_KEEP_HLO"):
-        found["keep_hlo"] = _flag(*hit)
+        found["keep_hlo"] = parse_bool(hit[1], hit[0])
     if hit := _first(env, "XLACACHE_SIGNING_KEY"):
         found["signing_key"] = hit[1]
     if hit := _first(env, "XLACACHE_TRUSTED_KEYS"):
         found["trusted_keys"] = split_list(hit[1])
     return found
+
+
+def remote_token(env: Mapping[str, str] = os.environ) -> str | None:
+    """The bearer token for remote stores: XLACACHE_TOKEN, else the XLACACHE_TOKEN_FILE's."""
+    if token := env.get(ENV_TOKEN):
+        return token
+    if path := env.get(ENV_TOKEN_FILE):
+        return Path(path).expanduser().read_text().strip() or None
+    return None
+
+
+def remote_tls_files(env: Mapping[str, str] = os.environ) -> dict[str, str | None]:
+    """PEM file paths for grpcs:// remotes by option name (tls_ca, tls_cert, tls_key)."""
+    return {option: env.get(name) or None for option, name in ENV_TLS.items()}
+
+
+def serve_env(env: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """`xlacache serve` settings from XLACACHE_SERVE_<NAME> variables, by lowercase name."""
+    return {k[len(SERVE_PREFIX) :].lower(): v for k, v in env.items() if k.startswith(SERVE_PREFIX)}
 
 
 def resolve(path: str | os.PathLike | None = None, **overrides) -> CacheConfig:

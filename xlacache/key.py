@@ -25,14 +25,11 @@ JAX objects.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from xlacache.entry import FORMAT_VERSION
-
-KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+from xlacache.entry import FORMAT_VERSION, is_sha256_hex
 
 # The named components of a key, in the order they are hashed.
 COMPONENTS = ("format", "hlo", "compile_options", "jaxlib", "platform", "devices", "xla_flags")
@@ -164,4 +161,5 @@ def codegen_flags(flags: Iterable[str]) -> tuple[str, ...]:
 
 
 def is_valid_key(key: str) -> bool:
-    return bool(KEY_RE.match(key))
+    """Whether `key` is a well-formed cache key (64 lowercase hex digits, nothing more)."""
+    return is_sha256_hex(key)

@@ -74,7 +74,7 @@ def start_server(
     store = store or tmp_path / "server-store"
     log = tmp_path / f"server-{time.monotonic_ns()}.log"
     args = [
-        sys.executable, "-m", "xlacache.server",
+        sys.executable, "-m", "xlacache", "serve",
         "--store", str(store), "--listen", listen, *extra,
     ]  # fmt: skip
     with open(log, "wb") as out:

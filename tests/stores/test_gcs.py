@@ -19,6 +19,7 @@ from xlacache.errors import (
     ConfigError,
     CorruptEntryError,
     NotACacheError,
+    PermissionDeniedError,
     ReadOnlyError,
     StoreUnavailableError,
 )
@@ -192,7 +193,7 @@ def test_forbidden_is_a_permission_error_and_a_tier_stops_uploading(gcs, tmp_pat
     key, blob = make_blob(7)
     with pytest.raises(StoreUnavailableError) as caught:
         store.put(key, blob)
-    assert caught.value.permission_denied
+    assert isinstance(caught.value, PermissionDeniedError)
     tier = TieredStore(LocalStore(tmp_path / "local"), remote)
     with pytest.warns(counters.CacheWarning):
         for n in range(3):
@@ -332,4 +333,4 @@ def test_a_writer_without_create_permission_still_reads(gcs):
     assert viewer.get(key) == blob
     with pytest.raises(StoreUnavailableError) as caught:
         viewer.put(*make_blob(41))
-    assert caught.value.permission_denied
+    assert isinstance(caught.value, PermissionDeniedError)

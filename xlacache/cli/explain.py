@@ -13,18 +13,17 @@ import typer
 from rich.table import Table
 
 from xlacache import explain
-from xlacache.cli.commands import (
+from xlacache.cli.commands import _normalize_key, _resolve_keys
+from xlacache.cli.common import (
     BadInput,
     JsonOpt,
     PathArg,
     StoreCommand,
     TokenOpt,
-    _normalize_key,
-    _open,
-    _print_json,
-    _resolve_keys,
-    _stdout,
-    _when,
+    open_cache,
+    print_json,
+    stdout,
+    when,
 )
 from xlacache.stores import Store
 from xlacache.stores.local import LocalStore
@@ -70,14 +69,14 @@ def explain_(
       "nearest": KEY or null, "nearest_label": str, "compared": int, "host": str,
       "pid": int}
     """
-    with _open(path, readonly=True, token=token) as store:
+    with open_cache(path, readonly=True, token=token) as store:
         records = _miss_records(store)
         url = store.url
     shown = records[:limit] if limit is not None else records
     if as_json:
-        _print_json({"store": url, "total": len(records), "misses": shown})
+        print_json({"store": url, "total": len(records), "misses": shown})
         return
-    console = _stdout()
+    console = stdout()
     if not records:
         console.print(f"{url}: no recorded misses (run with XLACACHE_EXPLAIN=1 to record them)")
         return
@@ -87,7 +86,7 @@ def explain_(
         table.add_column(name, no_wrap=True)
     table.add_column("why", overflow="fold")
     for r in shown:
-        table.add_row(_when(r["time"]), r.get("label", ""), r.get("key", "")[:12],
+        table.add_row(when(r["time"]), r.get("label", ""), r.get("key", "")[:12],
                       r.get("reason", ""), _why(r))  # fmt: skip
     console.print(table)
 
@@ -111,7 +110,7 @@ def diff(
       "details": [str, ...]}, ...]}
     """
     wanted = [_normalize_key(key1), _normalize_key(key2)]
-    with _open(path, readonly=True, token=token) as store:
+    with open_cache(path, readonly=True, token=token) as store:
         url = store.url
         found, missing = _resolve_keys(store, wanted)
         headers = [store.read_header(k) for k in found]
@@ -124,7 +123,7 @@ def diff(
         )
         rows = explain.compare(old, new)
     if as_json:
-        _print_json(
+        print_json(
             {
                 "store": url,
                 "keys": found,
@@ -142,7 +141,7 @@ def diff(
     for r in rows:
         name = explain.NAMES.get(r.component, r.component)
         table.add_row(name, "same" if r.same else "differs", "\n".join(r.details))
-    _stdout().print(table)
+    stdout().print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from xlacache.cli.common import StoreCommand
 from xlacache.errors import CacheError
 
 
@@ -72,6 +73,13 @@ def serve_command(
         str | None,
         typer.Option("--shutdown-grace", help="Time in-flight RPCs get on SIGTERM (default 30s)."),
     ] = None,
+    reconcile_interval: Annotated[
+        str | None,
+        typer.Option(
+            "--reconcile-interval",
+            help="How often to match the index to the entry files (default 10m; 0: never).",
+        ),
+    ] = None,
     fsync: Annotated[
         bool | None,
         typer.Option(
@@ -124,4 +132,4 @@ def serve_command(
 
 def register(app: typer.Typer) -> None:
     """Add the serve command to the app."""
-    app.command("serve")(serve_command)
+    app.command("serve", cls=StoreCommand)(serve_command)

@@ -13,11 +13,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from xlacache._version import __version__
+from xlacache.protocol import SERVICE_NAME
 from xlacache.server.auth import TokenTable
 from xlacache.server.config import ServerConfig, is_loopback, split_host_port
 from xlacache.server.limits import Watchdog
 from xlacache.server.metrics import ServerMetrics
-from xlacache.server.service import SERVICE_NAME, CacheService, method_handlers
+from xlacache.server.service import CacheService, method_handlers
 from xlacache.server.status_page import StatusServer
 from xlacache.stores.local import LocalStore
 from xlacache.units import format_size
@@ -34,8 +35,9 @@ class CacheServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = TokenTable.load(config.tokens)
+        # Opening reconciles the index with the entry files and removes the temp files
+        # of a server killed mid-upload.
         self.store = LocalStore(config.store, max_size=config.max_size, fsync=config.fsync)
-        self.store.remove_stale_temp_files()  # uploads of a server killed mid-way
         self.metrics = ServerMetrics(self.store.summary, config.max_size)
         self.watchdog = Watchdog()
         self.service = CacheService(self.store, config, self.tokens, self.metrics, self.watchdog)
@@ -64,6 +66,9 @@ class CacheServer:
             host, port = split_host_port(config.metrics_listen)
             self.http = StatusServer(host, port, self.metrics.registry, self.status)
         self._stopped = threading.Event()
+        self._reconciler = threading.Thread(
+            target=self._reconcile_loop, name="xlacache-reconcile", daemon=True
+        )
 
     @property
     def address(self) -> str:
@@ -102,8 +107,8 @@ class CacheServer:
 
     def status(self) -> dict:
         summary = self.metrics.store.summary()
-        hits = self.metrics.hits._value.get()
-        misses = self.metrics.misses._value.get()
+        hits = self.metrics.value("hits")
+        misses = self.metrics.value("misses")
         requests = {
             k.removeprefix("requests."): v
             for k, v in self.metrics.plain().items()
@@ -125,17 +130,30 @@ class CacheServer:
             "hits": int(hits),
             "misses": int(misses),
             "hit_rate": f"{hits / (hits + misses):.1%}" if hits + misses else "n/a",
-            "bytes_sent": self.metrics.bytes_out._value.get(),
-            "bytes_received": self.metrics.bytes_in._value.get(),
-            "active_rpcs": self.metrics.active._value.get(),
+            "bytes_sent": self.metrics.value("bytes_sent"),
+            "bytes_received": self.metrics.value("bytes_received"),
+            "active_rpcs": self.metrics.value("active_rpcs"),
             "uptime_seconds": self.metrics.uptime(),
             "requests": requests,
         }
+
+    def _reconcile_loop(self) -> None:
+        """Every reconcile_interval: make the index match the entry files (index drift)."""
+        while not self._stopped.wait(self.config.reconcile_interval):
+            try:
+                drift = self.store.reconcile()
+            except Exception:  # noqa: BLE001 - the loop must go on; the next pass retries
+                log.exception("reconciling the index failed")
+                continue
+            if drift:
+                log.warning("index drift: %d rows added or dropped to match the entries", drift)
 
     def start(self) -> None:
         self.grpc_server.start()
         if self.http:
             self.http.start()
+        if self.config.reconcile_interval > 0:
+            self._reconciler.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self.state = "serving"
@@ -156,19 +174,21 @@ class CacheServer:
 
     def stop(self, grace: float | None = None) -> None:
         """Refuse new RPCs, let running ones finish for `grace` seconds, then close."""
-        if self._stopped.is_set():
+        if self.state in ("draining", "stopped"):
             return
         grace = self.config.shutdown_grace if grace is None else grace
         self.state = "draining"
         self.health.enter_graceful_shutdown()
         log.info("shutting down: finishing in-flight requests (up to %.0f s)", grace)
         self.grpc_server.stop(grace).wait()
+        self._stopped.set()
         self.watchdog.stop()
         if self.http:
             self.http.stop()
+        if self._reconciler.is_alive():
+            self._reconciler.join()
         self.store.close()
         self.state = "stopped"
-        self._stopped.set()
         log.info("stopped")
 
     def serve_forever(self) -> None:

@@ -16,11 +16,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from xlacache.config import SERVE_PREFIX, parse_bool, serve_env
+from xlacache.entry import MAX_ENTRY_SIZE
 from xlacache.errors import ConfigError
+from xlacache.protocol import DEFAULT_PORT
 from xlacache.units import parse_duration, parse_size
 
-ENV_PREFIX = "XLACACHE_SERVE_"
-DEFAULT_PORT = 7070
+ENV_PREFIX = SERVE_PREFIX  # XLACACHE_SERVE_<SETTING> for every setting
 DEFAULT_METRICS_PORT = 9090
 LOOPBACK_NAMES = {"localhost"}
 
@@ -30,7 +32,7 @@ class ServerConfig:
     store: str = ""
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     max_size: int | None = None  # bytes; least recently used entries are evicted beyond it
-    max_entry_size: int = 2 * 1024**3
+    max_entry_size: int = MAX_ENTRY_SIZE
     metrics_listen: str | None = None  # host:port of the /metrics + status page listener
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -42,6 +44,7 @@ class ServerConfig:
     upload_memory: int = 4 * 1024**3  # bytes of uploads in progress at once; more wait
     request_timeout: float = 600.0  # seconds one RPC may run on the server
     shutdown_grace: float = 30.0  # seconds in-flight RPCs get after SIGTERM
+    reconcile_interval: float = 600.0  # seconds between index/entry-file reconciles (0: off)
     chunk_size: int = 1024 * 1024
     fsync: bool = True  # fsync entries and their directory (off: a power loss may lose some)
     direct_io: bool = False  # write uploads with O_DIRECT (not cached for readers)
@@ -72,6 +75,8 @@ class ServerConfig:
             raise ConfigError("upload_memory must be at least max_entry_size")
         if self.max_streams < self.workers:
             raise ConfigError("max_streams must be at least workers")
+        if self.reconcile_interval < 0:
+            raise ConfigError("reconcile_interval must not be negative")
         return self
 
 
@@ -82,6 +87,7 @@ _CONVERTERS: dict[str, Any] = {
     "chunk_size": parse_size,
     "request_timeout": parse_duration,
     "shutdown_grace": parse_duration,
+    "reconcile_interval": parse_duration,
     "workers": int,
     "max_streams": int,
 }
@@ -90,23 +96,12 @@ _CONVERTERS: dict[str, Any] = {
 _BOOLEANS = {"allow_open", "fsync", "direct_io"}
 
 
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ConfigError(f"not a boolean: {value!r}")
-
-
 def _convert(name: str, value: Any) -> Any:
     if value is None:
         return None
     try:
         if name in _BOOLEANS:
-            return _to_bool(value)
+            return parse_bool(value, name)
         if name in _CONVERTERS:
             return _CONVERTERS[name](value)
     except ConfigError as exc:
@@ -155,13 +150,10 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     return _known(str(path), data)
 
 
-def env_settings(env: Mapping[str, str]) -> dict[str, Any]:
+def env_settings(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Settings from XLACACHE_SERVE_<NAME> variables (names that are no setting are ignored)."""
     names = {f.name for f in fields(ServerConfig)}
-    found = {
-        k[len(ENV_PREFIX) :].lower(): v
-        for k, v in env.items()
-        if k.startswith(ENV_PREFIX) and k != ENV_PREFIX + "CONFIG"
-    }
+    found = serve_env() if env is None else serve_env(env)
     return _known("the environment", {k: v for k, v in found.items() if k in names})
 
 
@@ -170,9 +162,11 @@ def load_config(
     config_file: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ServerConfig:
-    """Merge the layers (command-line values of None mean "not given") and validate."""
-    env = os.environ if env is None else env
-    config_file = config_file or env.get(ENV_PREFIX + "CONFIG")
+    """Merge the layers (command-line values of None mean "not given") and validate.
+
+    `env` stands in for the process environment (tests).
+    """
+    config_file = config_file or (serve_env() if env is None else serve_env(env)).get("config")
     merged: dict[str, Any] = {}
     if config_file:
         merged.update(read_config_file(config_file))

@@ -45,14 +45,21 @@ class _StoreCollector:
             "Size limit of the store (0: none)",
             value=self._max_size or 0,
         )
+        figures = counters.snapshot()
         yield CounterMetricFamily(
             "xlacache_evictions", "Entries evicted by size or age limits",
-            value=counters.snapshot().get("evictions", 0),
+            value=figures.get("evictions", 0),
         )  # fmt: skip
+        yield CounterMetricFamily(
+            "xlacache_index_drift",
+            "Index rows added or dropped to match the entry files (crashes, full disks)",
+            value=figures.get("index_drift", 0),
+        )
 
 
 class ServerMetrics:
-    """Every figure the daemon exports, plus plain counters for the Stats RPC."""
+    """Every figure the daemon exports, plus the same as plain numbers (`plain`) for the
+    Stats RPC and the status page."""
 
     def __init__(self, summary: Callable[[], StoreSummary], max_size: int | None) -> None:
         self.registry = CollectorRegistry()
@@ -87,15 +94,42 @@ class ServerMetrics:
     def uptime(self) -> float:
         return time.time() - self.started
 
-    def count(self, method: str, code: str, seconds: float) -> None:
+    def started_rpc(self) -> float:
+        """Count an RPC as active; returns its start time for finished_rpc."""
+        self.active.inc()
+        self.add("active_rpcs")
+        return time.perf_counter()
+
+    def finished_rpc(self, method: str, code: str, seconds: float) -> None:
+        self.active.dec()
         self.requests.labels(method, code).inc()
         self.latency.labels(method).observe(seconds)
         with self._lock:
+            self._plain["active_rpcs"] -= 1
             self._plain[f"requests.{method}.{code}"] += 1
+
+    def hit(self, size: int) -> None:
+        self.hits.inc()
+        self.bytes_out.inc(size)
+        self.add("hits")
+        self.add("bytes_sent", size)
+
+    def miss(self) -> None:
+        self.misses.inc()
+        self.add("misses")
+
+    def received(self, size: int) -> None:
+        self.bytes_in.inc(size)
+        self.add("bytes_received", size)
 
     def add(self, name: str, amount: float = 1) -> None:
         with self._lock:
             self._plain[name] += amount
+
+    def value(self, name: str) -> float:
+        """One plain figure (hits, misses, bytes_sent, bytes_received, active_rpcs, ...)."""
+        with self._lock:
+            return self._plain.get(name, 0)
 
     def plain(self) -> dict[str, float]:
         with self._lock:

@@ -102,8 +102,13 @@ class Store(abc.ABC):
 
     `get` returns a verified entry or None and raises CorruptEntryError when what it
     found fails verification (having removed it, unless read-only). Other failures
-    raise CacheError subclasses or OSError; the caller (`xlacache.cache`) turns them
-    into misses.
+    raise CacheError subclasses (each with its `kind`) or OSError; the caller
+    (`xlacache.cache`) turns them into misses.
+
+    Every backend implements the abstract methods. `list_page`, `scan` and
+    `put_stream` have plain default implementations on top of them, which backends
+    override where they can do better (an index that pages in SQL, a write that
+    streams to disk).
     """
 
     url: str
@@ -130,6 +135,34 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list(self) -> Iterator[EntryInfo]:
         """Every entry, in no particular order."""
+
+    def list_page(self, after: str = "", limit: int = 1000) -> list[EntryInfo]:
+        """Up to `limit` entries whose keys sort after `after`, in key order.
+
+        A listing a page at a time: pass the last key of one page to get the next.
+        (The default sorts `list()`; backends with an ordered index page in it.)
+        """
+        later = sorted((i for i in self.list() if i.key > after), key=lambda i: i.key)
+        return later[:limit]
+
+    def scan(self) -> Iterator[EntryInfo]:
+        """Every entry, read from the entries themselves rather than any index.
+
+        Slower than `list` where a store keeps an index, and exact where the index
+        may lag (export, read-only access beside a live writer). Defaults to `list`.
+        """
+        return self.list()
+
+    def put_stream(self, key: str, chunks: Iterable[bytes | memoryview]) -> None:
+        """Store an entry that arrives in pieces, verifying it whole before it counts.
+
+        Raises CorruptEntryError (storing nothing) unless the pieces form a valid entry
+        for `key`. The default joins the pieces and calls `put`; stores that can write
+        a piece at a time (LocalStore) hold only one in memory.
+        """
+        blob = b"".join(chunks)
+        entry.verify(blob, key)
+        self.put(key, blob)
 
     @abc.abstractmethod
     def summary(self) -> StoreSummary: ...

@@ -34,7 +34,13 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from xlacache import counters, entry
-from xlacache.errors import CacheError, CorruptEntryError, NotACacheError, ReadOnlyError
+from xlacache.errors import (
+    CacheError,
+    CorruptEntryError,
+    NotACacheError,
+    PermissionDeniedError,
+    ReadOnlyError,
+)
 from xlacache.key import is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
 from xlacache.stores.gcs_objects import DEFAULT_TIMEOUT, GCSObjects, ObjectInfo, RetryPolicy
@@ -255,7 +261,7 @@ class GCSStore(Store):
         except FileNotFoundError:
             raise NotACacheError(f"{self.url}: no such bucket") from None
         except CacheError as exc:
-            if not getattr(exc, "permission_denied", False):
+            if not isinstance(exc, PermissionDeniedError):
                 raise
             # Credentials that may read but not create: still a store to read from.
             counters.record_error("permission", exc)
@@ -330,7 +336,7 @@ class GCSStore(Store):
                 attempts=1,
             )
         except CacheError as exc:
-            if getattr(exc, "permission_denied", False):
+            if isinstance(exc, PermissionDeniedError):
                 self._touch_allowed = False  # no storage.objects.update: stop trying
             counters.add("gcs_touch_failures")
         except Exception:  # noqa: BLE001 - a use record is never worth an error

@@ -16,7 +16,13 @@ from collections import deque
 from collections.abc import Iterator
 
 from xlacache import counters
-from xlacache.errors import CacheError, CorruptEntryError, ReadOnlyError
+from xlacache.errors import (
+    CacheError,
+    CorruptEntryError,
+    PermissionDeniedError,
+    ReadOnlyError,
+    kind_of,
+)
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
 
 log = logging.getLogger("xlacache.tiered")
@@ -24,10 +30,6 @@ log = logging.getLogger("xlacache.tiered")
 DEFAULT_QUEUE_ENTRIES = 64
 DEFAULT_QUEUE_BYTES = 2 * 1024**3
 CLOSE_FLUSH_SECONDS = 10.0
-
-
-def _remote_kind(exc: BaseException) -> str:
-    return "corrupt" if isinstance(exc, CorruptEntryError) else "remote"
 
 
 class TieredStore(Store):
@@ -64,7 +66,7 @@ class TieredStore(Store):
         try:
             blob = self.local.get(key)
         except CorruptEntryError as exc:  # removed locally; the remote may have a good copy
-            counters.record_error("corrupt", exc)
+            counters.record_error(exc.kind, exc)
             blob = None
         if blob is not None:
             return blob
@@ -76,14 +78,14 @@ class TieredStore(Store):
             try:
                 self.local.put(key, blob)
             except (CacheError, OSError) as exc:
-                counters.record_error("io" if isinstance(exc, OSError) else "cache", exc)
+                counters.record_error(kind_of(exc), exc)
         return blob
 
     def _remote_get(self, key: str) -> bytes | None:
         try:
             return self.remote.get(key)
         except (CacheError, OSError) as exc:
-            counters.record_error(_remote_kind(exc), exc)
+            counters.record_error(kind_of(exc), exc)
             return None
 
     def contains(self, key: str) -> bool:
@@ -92,7 +94,7 @@ class TieredStore(Store):
         try:
             return self.remote.contains(key)
         except (CacheError, OSError) as exc:
-            counters.record_error("remote", exc)
+            counters.record_error(kind_of(exc), exc)
             return False
 
     def stat(self, key: str) -> EntryInfo | None:
@@ -102,7 +104,7 @@ class TieredStore(Store):
         try:
             return self.remote.stat(key)
         except (CacheError, OSError) as exc:
-            counters.record_error("remote", exc)
+            counters.record_error(kind_of(exc), exc)
             return None
 
     def list(self) -> Iterator[EntryInfo]:
@@ -193,10 +195,10 @@ class TieredStore(Store):
         except ReadOnlyError:
             self._uploads_allowed = False
         except (CacheError, OSError) as exc:
-            if getattr(exc, "permission_denied", False):
+            if isinstance(exc, PermissionDeniedError):
                 self._uploads_allowed = False  # a read token: stop trying for this process
             counters.add("uploads_dropped")
-            counters.record_error(_remote_kind(exc), exc)
+            counters.record_error(kind_of(exc), exc)
         except Exception as exc:  # noqa: BLE001 - the upload thread must never die
             counters.add("uploads_dropped")
             counters.record_error("internal", exc)
