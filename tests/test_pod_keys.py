@@ -19,7 +19,7 @@ import jax
 jax.config.update("jax_num_cpu_devices", ndev)
 address = f"127.0.0.1:{port}"
 jax.distributed.initialize(address, nproc, pid, coordinator_bind_address=address,
-                           initialization_timeout=60, heartbeat_timeout_seconds=5)
+                           initialization_timeout=120, heartbeat_timeout_seconds=60)
 import numpy as np, jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import xlacache
