@@ -126,6 +126,19 @@ class TieredStore(Store):
             raise ReadOnlyError(f"{self.url} is open read-only")
         return self.local.verify(repair=repair)
 
+    @property
+    def can_report_misses(self) -> bool:
+        return not self.readonly and self.local.can_report_misses
+
+    def report_miss(self, record: dict) -> None:
+        """The local tier's, as listing is (an explainer reports to the remote itself)."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.url} is open read-only")
+        self.local.report_miss(record)
+
+    def recent_misses(self, limit: int | None = None) -> list[dict]:
+        return self.local.recent_misses(limit)
+
     # -- writes ------------------------------------------------------------------------
 
     def put(self, key: str, blob: bytes) -> None:
