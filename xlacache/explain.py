@@ -31,11 +31,10 @@ from pathlib import Path
 from xlacache import counters, entry, misslog
 from xlacache.errors import ServerBusyError
 from xlacache.key import COMPONENTS, Identity
-from xlacache.misslog import MAX_LOG_BYTES, MISS_LOG
+from xlacache.misslog import MAX_LOG_BYTES
+from xlacache.misslog import MISS_LOG as MISS_LOG  # re-exported: a cache directory's miss log
 
 log = logging.getLogger("xlacache.explain")
-
-__all__ = ["MAX_LOG_BYTES", "MISS_LOG", "Explainer", "explain", "recent_misses", "record_miss"]
 
 MAX_CANDIDATES = 32  # stored entries compared per miss
 REPORTS_PER_SECOND = 2.0  # misses one process reports to shared stores, on average
@@ -380,6 +379,15 @@ class Explainer:
 def record_miss(path: Path, found: Explanation, max_bytes: int = MAX_LOG_BYTES) -> None:
     """Append one explained miss to a miss log file (see `xlacache.misslog`)."""
     misslog.append(path, found.to_record(), max_bytes)
+
+
+def why(record: Mapping) -> str:
+    """A recorded miss's note and differences on one line (tables, the status page)."""
+    parts = [record["note"]] if record.get("note") else []
+    for diff in record.get("differences", []):
+        name = NAMES.get(diff.get("component"), diff.get("component"))
+        parts.append(f"{name}: " + "; ".join(diff.get("details", [])))
+    return " | ".join(parts)
 
 
 def recent_misses(path: str | os.PathLike, limit: int | None = None) -> list[dict]:

@@ -30,14 +30,6 @@ from xlacache.cli.common import (
 KeyArg = Annotated[str, typer.Argument(help="A full key, or a unique prefix of 8+ hex digits.")]
 
 
-def _why(record: dict) -> str:
-    parts = [record["note"]] if record.get("note") else []
-    for diff in record.get("differences", []):
-        name = explain.NAMES.get(diff.get("component"), diff.get("component"))
-        parts.append(f"{name}: " + "; ".join(diff.get("details", [])))
-    return " | ".join(parts)
-
-
 def explain_(
     path: PathArg,
     limit: Annotated[
@@ -81,7 +73,7 @@ def explain_(
     for r in shown:
         client = [r.get("client", "")] if clients else []
         table.add_row(when(r["time"]), *client, r.get("label", ""), r.get("key", "")[:12],
-                      r.get("reason", ""), _why(r))  # fmt: skip
+                      r.get("reason", ""), explain.why(r))  # fmt: skip
     console.print(table)
 
 
