@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xlacache import counters, entry, misslog
-from xlacache.errors import ServerBusyError
+from xlacache.errors import PermissionDeniedError, ReadOnlyError, ServerBusyError
 from xlacache.key import COMPONENTS, Identity
 from xlacache.misslog import MAX_LOG_BYTES
 from xlacache.misslog import MISS_LOG as MISS_LOG  # re-exported: a cache directory's miss log
@@ -370,8 +370,13 @@ class Explainer:
                 store.report_miss(record)
             except Exception as exc:  # noqa: BLE001 - a report is never worth the compile
                 counters.add("miss_reports_dropped")
-                if not isinstance(exc, ServerBusyError):  # a server's own rate limit
-                    counters.record_error("explain", exc)
+                if isinstance(exc, ServerBusyError):  # a server's own rate limit
+                    continue
+                counters.record_error("explain", exc)
+                if isinstance(exc, (PermissionDeniedError, ReadOnlyError)):
+                    # Credentials that may not write there (a bucket's objectViewer):
+                    # stop asking for the rest of the process.
+                    self.reporters = tuple(r for r in self.reporters if r is not store)
             else:
                 counters.add("miss_reports")
 

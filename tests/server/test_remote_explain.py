@@ -128,6 +128,25 @@ def test_explainer_reports_are_rate_limited_and_never_cost_the_compile(tmp_path,
     assert figures.get("miss_reports", 0) == 0
 
 
+def test_a_store_that_refuses_our_credentials_is_not_asked_again(tmp_path):
+    from xlacache.errors import PermissionDeniedError
+    from xlacache.stores.local import LocalStore
+
+    class Forbidding:
+        calls = 0
+
+        def report_miss(self, record):
+            Forbidding.calls += 1
+            raise PermissionDeniedError("403: storage.objects.create denied")
+
+    explainer = explain.Explainer(LocalStore(tmp_path / "c"), reporters=[Forbidding()])
+    with pytest.warns(counters.CacheWarning, match="explain error"):
+        explainer._report(record(1))
+    explainer._report(record(2))
+    assert Forbidding.calls == 1 and explainer.reporters == ()
+    assert counters.snapshot()["errors"] == {"explain": 1}
+
+
 # -- real JAX programs --------------------------------------------------------------
 
 
