@@ -23,6 +23,7 @@ LAYERS = {
     "entry": 1,
     "protocol": 1,
     "config": 2,
+    "misslog": 2,
     "key": 2,
     "signing": 3,
     "explain": 3,

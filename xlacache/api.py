@@ -125,16 +125,20 @@ def _load_keys(settings: CacheConfig) -> dict:
 
 
 def _explainer(settings: CacheConfig, store: Store):
-    """An Explainer when asked for: it compares with the local tier and records misses
-    in the local directory, unless this process is read-only."""
+    """An Explainer when asked for: it compares with the local tier, records misses in
+    the local directory unless this process is read-only, and reports them to the
+    shared store where it takes them (a server always, a bucket unless read-only)."""
     if not settings.explain:
         return None
     from xlacache.explain import MISS_LOG, Explainer
     from xlacache.stores.tiered import TieredStore
 
-    local = store.local if isinstance(store, TieredStore) else store
+    tiered = isinstance(store, TieredStore)
+    local = store.local if tiered else store
+    shared = store.remote if tiered else None if isinstance(store, LocalStore) else store
     writable = isinstance(local, LocalStore) and not local.readonly and not settings.readonly
-    return Explainer(local, local.root / MISS_LOG if writable else None)
+    reporters = [shared] if shared is not None and shared.can_report_misses else []
+    return Explainer(local, local.root / MISS_LOG if writable else None, reporters=reporters)
 
 
 def _open(settings: CacheConfig) -> Store | None:

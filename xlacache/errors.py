@@ -112,14 +112,24 @@ class IndexClosedError(StoreIndexError):
 class UntrustedEntryError(CacheError):
     """An entry not signed by a trusted key: unsigned, foreign, or a bad signature.
 
-    `reason` is "unsigned", "foreign" or "bad_signature".
+    `reason` is "unsigned", "foreign" or "bad_signature" (a server that requires signed
+    uploads sends it along: `detail`).
     """
 
     kind = "untrusted"
+    REASONS = ("unsigned", "foreign", "bad_signature")
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+    @property
+    def detail(self) -> str:
+        return self.reason
+
+    @classmethod
+    def from_detail(cls, message: str, detail: str | None) -> UntrustedEntryError:
+        return cls(message, detail if detail in cls.REASONS else "unknown")
 
 
 # errno values of an OSError and the kind each is filed under; the rest are "io".

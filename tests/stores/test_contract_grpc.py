@@ -37,6 +37,8 @@ def server_snapshot(server):
 
 
 class TestGrpcStore(StoreContract):
+    readonly_reports_misses = True
+
     @pytest.fixture
     def store(self, emptied):
         with GrpcStore(emptied.url, timeout=10) as s:

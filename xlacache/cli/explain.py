@@ -1,8 +1,9 @@
 """Why did it miss: `xlacache explain` (recorded misses) and `xlacache diff` (two entries).
 
-Both read entry headers through the Store interface (`Store.read_header`), so a store
-that implements it serves them; recorded misses live in a local cache directory (the
-`misses.jsonl` that processes running with XLACACHE_EXPLAIN=1 append to).
+Both go through the Store interface: `diff` reads entry headers (`Store.read_header`),
+`explain` the misses that processes running with XLACACHE_EXPLAIN=1 recorded
+(`Store.recent_misses`): a cache directory's `misses.jsonl`, a server's ring, a
+bucket's `misses/` objects.
 """
 
 from __future__ import annotations
@@ -25,27 +26,8 @@ from xlacache.cli.common import (
     stdout,
     when,
 )
-from xlacache.stores import Store
-from xlacache.stores.local import LocalStore
 
 KeyArg = Annotated[str, typer.Argument(help="A full key, or a unique prefix of 8+ hex digits.")]
-
-
-def _miss_records(store: Store) -> list[dict]:
-    """The misses recorded next to a store, newest first."""
-    if not isinstance(store, LocalStore):
-        raise NotImplementedError(
-            f"{store.url}: recorded misses are read from a local cache directory only"
-        )
-    return explain.recent_misses(store.root / explain.MISS_LOG)
-
-
-def _why(record: dict) -> str:
-    parts = [record["note"]] if record.get("note") else []
-    for diff in record.get("differences", []):
-        name = explain.NAMES.get(diff.get("component"), diff.get("component"))
-        parts.append(f"{name}: " + "; ".join(diff.get("details", [])))
-    return " | ".join(parts)
 
 
 def explain_(
@@ -58,8 +40,9 @@ def explain_(
 ) -> None:
     """Show why recent compilations missed, newest first.
 
-    Misses are recorded by processes that ran with XLACACHE_EXPLAIN=1 and could write
-    this cache directory. Each names the stored entry nearest to the miss and the key
+    Misses are recorded by processes that ran with XLACACHE_EXPLAIN=1: in their cache
+    directory (if they could write it), and reported to their server (grpc://) or
+    bucket (gs://). Each names the stored entry nearest to the miss and the key
     components that differ (HLO, compile options, jaxlib, platform, devices, XLA flags).
 
     --json prints one object; --limit shortens "misses" but not "total":
@@ -67,10 +50,10 @@ def explain_(
     MISS: {"time": unix time, "key": str, "label": str, "reason": str, "note": str,
       "differences": [{"component": str, "details": [str, ...]}, ...],
       "nearest": KEY or null, "nearest_label": str, "compared": int, "host": str,
-      "pid": int}
+      "pid": int, "client": str (a server's: the reporting token's name)}
     """
     with open_cache(path, readonly=True, token=token) as store:
-        records = _miss_records(store)
+        records = store.recent_misses()
         url = store.url
     shown = records[:limit] if limit is not None else records
     if as_json:
@@ -82,12 +65,15 @@ def explain_(
         return
     count = f"{len(records)} recorded miss" + ("" if len(records) == 1 else "es")
     table = Table(title=f"{url}: {count}", title_justify="left")
-    for name in ("when", "label", "key", "reason"):
+    clients = any(r.get("client") for r in shown)
+    who = ["client"] if clients else []
+    for name in ("when", *who, "label", "key", "reason"):
         table.add_column(name, no_wrap=True)
     table.add_column("why", overflow="fold")
     for r in shown:
-        table.add_row(when(r["time"]), r.get("label", ""), r.get("key", "")[:12],
-                      r.get("reason", ""), _why(r))  # fmt: skip
+        client = [r.get("client", "")] if clients else []
+        table.add_row(when(r["time"]), *client, r.get("label", ""), r.get("key", "")[:12],
+                      r.get("reason", ""), explain.why(r))  # fmt: skip
     console.print(table)
 
 

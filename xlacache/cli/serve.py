@@ -47,6 +47,14 @@ def serve_command(
             "--tokens", help="Token file: lines of 'ROLE TOKEN [NAME]' (read|write|admin)."
         ),
     ] = None,
+    require_signed_by: Annotated[
+        str | None,
+        typer.Option(
+            "--require-signed-by",
+            help="Accept only uploads signed by one of these keys (comma-separated key texts "
+            "or files, as XLACACHE_TRUSTED_KEYS); others get PERMISSION_DENIED.",
+        ),
+    ] = None,
     allow_open: Annotated[
         bool | None,
         typer.Option("--allow-open", help="Serve without tokens on a non-loopback address."),
@@ -94,6 +102,12 @@ def serve_command(
             "--direct-io/--no-direct-io",
             help="Write uploads with O_DIRECT, bypassing the page cache (default off): less "
             "CPU per stored byte, but an entry's first read comes from disk.",
+        ),
+    ] = None,
+    sample_interval: Annotated[
+        str | None,
+        typer.Option(
+            "--sample-interval", help="Status page history: one sample every (default 30s)."
         ),
     ] = None,
     log_level: Annotated[

@@ -1,9 +1,10 @@
 """One table from error type to gRPC status and back.
 
 A server ends a failed call with `abort(context, exc)`: the status code of the
-error's type and its reason in the `xlacache-reason` trailing metadata. A client
-turns the failure back into the same type with `error_from_rpc`, by reason where
-the server sent one and by status code otherwise (another server, or a status
+error's type and its reason in the `xlacache-reason` trailing metadata (and, for
+errors that carry one, a `detail` in `xlacache-detail`: why an upload is untrusted).
+A client turns the failure back into the same type with `error_from_rpc`, by reason
+where the server sent one and by status code otherwise (another server, or a status
 gRPC itself produced: deadlines, refused connections). No side matches message text.
 """
 
@@ -28,9 +29,11 @@ from xlacache.errors import (
     StoreFullError,
     StoreUnavailableError,
     UnauthenticatedError,
+    UntrustedEntryError,
 )
 
 REASON_KEY = "xlacache-reason"
+DETAIL_KEY = "xlacache-detail"
 
 Code = grpc.StatusCode
 
@@ -46,6 +49,7 @@ TABLE: tuple[tuple[type[CacheError], Code, str], ...] = (
     (StoreFullError, Code.RESOURCE_EXHAUSTED, "store_full"),
     (UnauthenticatedError, Code.UNAUTHENTICATED, "unauthenticated"),
     (PermissionDeniedError, Code.PERMISSION_DENIED, "permission_denied"),
+    (UntrustedEntryError, Code.PERMISSION_DENIED, "untrusted_entry"),
     (RequestCancelledError, Code.CANCELLED, "cancelled"),
     (ReadOnlyError, Code.FAILED_PRECONDITION, "read_only"),
     (NotACacheError, Code.FAILED_PRECONDITION, "not_a_cache"),
@@ -71,18 +75,25 @@ def status_of(exc: BaseException) -> tuple[Code, str]:
 def abort(context: grpc.ServicerContext, exc: BaseException, message: str = "") -> NoReturn:
     """End the call with the status and reason of `exc` (raises, as context.abort does)."""
     code, reason = status_of(exc)
-    context.set_trailing_metadata(((REASON_KEY, reason),))
+    metadata = [(REASON_KEY, reason)]
+    if detail := getattr(exc, "detail", None):
+        metadata.append((DETAIL_KEY, str(detail)))
+    context.set_trailing_metadata(tuple(metadata))
     context.abort(code, message or str(exc) or type(exc).__name__)
     raise AssertionError("context.abort returned")  # pragma: no cover
 
 
-def reason_of(exc: grpc.RpcError) -> str | None:
-    """The reason a server put in a failed call's trailing metadata, if any."""
+def _trailing(exc: grpc.RpcError, name: str) -> str | None:
     trailing = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
     for key, value in trailing or ():
-        if key == REASON_KEY:
+        if key == name:
             return value if isinstance(value, str) else value.decode(errors="replace")
     return None
+
+
+def reason_of(exc: grpc.RpcError) -> str | None:
+    """The reason a server put in a failed call's trailing metadata, if any."""
+    return _trailing(exc, REASON_KEY)
 
 
 def code_of(exc: grpc.RpcError) -> Code:
@@ -94,4 +105,7 @@ def error_from_rpc(exc: grpc.RpcError, where: str) -> CacheError:
     code = code_of(exc)
     details = (exc.details() if hasattr(exc, "details") else "") or code.name
     cls = _BY_REASON.get(reason_of(exc) or "") or _BY_CODE.get(code, StoreUnavailableError)
-    return cls(f"{where}: {code.name}: {details}")
+    message = f"{where}: {code.name}: {details}"
+    if hasattr(cls, "from_detail"):  # an error that carries a detail (UntrustedEntryError)
+        return cls.from_detail(message, _trailing(exc, DETAIL_KEY))
+    return cls(message)

@@ -18,10 +18,10 @@ from xlacache.server.auth import TokenTable
 from xlacache.server.config import ServerConfig, is_loopback, split_host_port
 from xlacache.server.limits import Watchdog
 from xlacache.server.metrics import ServerMetrics
+from xlacache.server.overview import Overview
 from xlacache.server.service import CacheService, method_handlers
 from xlacache.server.status_page import StatusServer
 from xlacache.stores.local import LocalStore
-from xlacache.units import format_size
 
 log = logging.getLogger("xlacache.server")
 
@@ -41,6 +41,11 @@ class CacheServer:
         self.metrics = ServerMetrics(self.store.summary, config.max_size)
         self.watchdog = Watchdog()
         self.service = CacheService(self.store, config, self.tokens, self.metrics, self.watchdog)
+        signers = self.service.transfers.required_signers
+        self.overview = Overview(
+            self.store, config, self.metrics, self.service.misses,
+            signers.key_ids if signers else [],
+        )  # fmt: skip
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self.state = "starting"
         max_message = config.chunk_size + MESSAGE_SLACK
@@ -106,36 +111,16 @@ class CacheServer:
         return "mutual TLS" if self.config.tls_client_ca else "on"
 
     def status(self) -> dict:
-        summary = self.metrics.store.summary()
-        hits = self.metrics.value("hits")
-        misses = self.metrics.value("misses")
-        requests = {
-            k.removeprefix("requests."): v
-            for k, v in self.metrics.plain().items()
-            if k.startswith("requests.")
-        }
-        return {
-            "version": __version__,
-            "state": self.state,
-            "listen": self.address,
-            "auth": self.auth_mode(),
-            "tls": self.tls_mode(),
-            "store": {
-                "path": str(self.store.root),
-                "max_size": format_size(self.config.max_size)
-                if self.config.max_size
-                else "no limit",
-                **summary.to_dict(),
-            },
-            "hits": int(hits),
-            "misses": int(misses),
-            "hit_rate": f"{hits / (hits + misses):.1%}" if hits + misses else "n/a",
-            "bytes_sent": self.metrics.value("bytes_sent"),
-            "bytes_received": self.metrics.value("bytes_received"),
-            "active_rpcs": self.metrics.value("active_rpcs"),
-            "uptime_seconds": self.metrics.uptime(),
-            "requests": requests,
-        }
+        """Everything the status page and /status.json show (see server/overview.py)."""
+        return self.overview.status(
+            {
+                "version": __version__,
+                "state": self.state,
+                "listen": self.address,
+                "auth": self.auth_mode(),
+                "tls": self.tls_mode(),
+            }
+        )
 
     def _reconcile_loop(self) -> None:
         """Every reconcile_interval: make the index match the entry files (index drift)."""
@@ -150,6 +135,7 @@ class CacheServer:
 
     def start(self) -> None:
         self.grpc_server.start()
+        self.overview.history.start()
         if self.http:
             self.http.start()
         if self.config.reconcile_interval > 0:
@@ -161,6 +147,9 @@ class CacheServer:
             "xlacache serve %s: listening on %s (TLS %s), store %s, auth %s",
             __version__, self.address, self.tls_mode(), self.store.root, self.auth_mode(),
         )  # fmt: skip
+        if self.service.transfers.required_signers:
+            ids = ", ".join(self.service.transfers.required_signers.key_ids)
+            log.info("uploads must be signed by one of: %s", ids)
         if not self.config.fsync:
             log.warning("fsync off (--no-fsync): a power loss may lose recently stored entries")
         if self.tokens.open:
@@ -183,6 +172,7 @@ class CacheServer:
         self.grpc_server.stop(grace).wait()
         self._stopped.set()
         self.watchdog.stop()
+        self.overview.history.stop()
         if self.http:
             self.http.stop()
         if self._reconciler.is_alive():

@@ -113,7 +113,11 @@ class TokenTable:
         return principal
 
     def authorize(self, metadata, needed: Role) -> Principal:
-        principal = self.authenticate(metadata)
+        return self.permit(self.authenticate(metadata), needed)
+
+    @staticmethod
+    def permit(principal: Principal, needed: Role) -> Principal:
+        """`principal` if its role allows a call that needs `needed`; else PermissionDenied."""
         if principal.role < needed:
             raise PermissionDeniedError(
                 f"token {principal.name!r} has role {principal.role.name.lower()}, "

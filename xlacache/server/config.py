@@ -16,10 +16,11 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from xlacache.config import SERVE_PREFIX, parse_bool, serve_env
+from xlacache.config import SERVE_PREFIX, parse_bool, serve_env, split_list
 from xlacache.entry import MAX_ENTRY_SIZE
 from xlacache.errors import ConfigError
 from xlacache.protocol import DEFAULT_PORT
+from xlacache.signing import TrustedKeys, load_trusted_keys
 from xlacache.units import parse_duration, parse_size
 
 ENV_PREFIX = SERVE_PREFIX  # XLACACHE_SERVE_<SETTING> for every setting
@@ -38,6 +39,8 @@ class ServerConfig:
     tls_key: str | None = None
     tls_client_ca: str | None = None  # set: clients must present a certificate it signed
     tokens: str | None = None  # token file; none: the server is open
+    # Key specs (texts or files, comma-separated): uploads must be signed by one of them.
+    require_signed_by: str | None = None
     allow_open: bool = False  # serve without tokens on a non-loopback address
     workers: int = 48  # RPC threads (each running stream holds one)
     max_streams: int = 256  # concurrent RPCs (running + queued) before RESOURCE_EXHAUSTED
@@ -49,6 +52,7 @@ class ServerConfig:
     fsync: bool = True  # fsync entries and their directory (off: a power loss may lose some)
     direct_io: bool = False  # write uploads with O_DIRECT (not cached for readers)
     log_level: str = "INFO"
+    sample_interval: float = 30.0  # seconds between the status page's history samples
 
     def validate(self) -> ServerConfig:
         if not self.store:
@@ -77,7 +81,19 @@ class ServerConfig:
             raise ConfigError("max_streams must be at least workers")
         if self.reconcile_interval < 0:
             raise ConfigError("reconcile_interval must not be negative")
+        if self.sample_interval <= 0:
+            raise ConfigError("sample_interval must be positive")
+        self.trusted_keys()  # readable keys, or ConfigError now rather than at the first upload
         return self
+
+    def trusted_keys(self) -> TrustedKeys | None:
+        """The keys uploads must be signed by (--require-signed-by), or None."""
+        if self.require_signed_by is None:
+            return None
+        try:
+            return load_trusted_keys(self.require_signed_by)
+        except ConfigError as exc:
+            raise ConfigError(f"require_signed_by: {exc}") from None
 
 
 _CONVERTERS: dict[str, Any] = {
@@ -88,6 +104,8 @@ _CONVERTERS: dict[str, Any] = {
     "request_timeout": parse_duration,
     "shutdown_grace": parse_duration,
     "reconcile_interval": parse_duration,
+    "sample_interval": parse_duration,
+    "require_signed_by": lambda v: ",".join(split_list(v)),  # a config file may give a list
     "workers": int,
     "max_streams": int,
 }

@@ -6,6 +6,7 @@ import threading
 import time
 from collections import Counter as PyCounter
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -57,6 +58,20 @@ class _StoreCollector:
         )
 
 
+@dataclass
+class ClientUsage:
+    """What one client (a token's name) asked of the server since it started."""
+
+    name: str
+    requests: int = 0
+    errors: int = 0  # calls that ended in a status other than OK
+    last_seen: float = 0.0
+    methods: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 class ServerMetrics:
     """Every figure the daemon exports, plus the same as plain numbers (`plain`) for the
     Stats RPC and the status page."""
@@ -85,10 +100,14 @@ class ServerMetrics:
         self.upload_memory = Gauge(
             "xlacache_upload_buffer_bytes", "Bytes held by uploads in progress", registry=r
         )
+        self.client_requests = Counter(
+            "xlacache_client_requests", "RPCs by client (token name)", ["client"], registry=r
+        )
         self.store = _StoreCollector(summary, max_size)
         r.register(self.store)
         self.started = time.time()
         self._plain: PyCounter[str] = PyCounter()
+        self._clients: dict[str, ClientUsage] = {}  # bounded: names come from the token file
         self._lock = threading.Lock()
 
     def uptime(self) -> float:
@@ -100,13 +119,28 @@ class ServerMetrics:
         self.add("active_rpcs")
         return time.perf_counter()
 
-    def finished_rpc(self, method: str, code: str, seconds: float) -> None:
+    def finished_rpc(self, method: str, code: str, seconds: float, client: str = "") -> None:
         self.active.dec()
         self.requests.labels(method, code).inc()
         self.latency.labels(method).observe(seconds)
+        if client:
+            self.client_requests.labels(client).inc()
         with self._lock:
             self._plain["active_rpcs"] -= 1
             self._plain[f"requests.{method}.{code}"] += 1
+            if client:
+                usage = self._clients.setdefault(client, ClientUsage(client))
+                usage.requests += 1
+                usage.errors += code != "OK"
+                usage.last_seen = time.time()
+                usage.methods[method] = usage.methods.get(method, 0) + 1
+
+    def clients(self) -> list[ClientUsage]:
+        """Every client seen, most requests first (copies)."""
+        with self._lock:
+            copies = [ClientUsage(**{**u.to_dict(), "methods": dict(u.methods)})
+                      for u in self._clients.values()]  # fmt: skip
+        return sorted(copies, key=lambda u: (-u.requests, u.name))
 
     def hit(self, size: int) -> None:
         self.hits.inc()

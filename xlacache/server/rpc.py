@@ -8,6 +8,7 @@ sends takes the daemon down.
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import logging
 import time
@@ -35,8 +36,15 @@ from xlacache.server.metrics import ServerMetrics
 log = logging.getLogger("xlacache.server")
 
 MAX_BATCH_KEYS = 10_000
+UNAUTHENTICATED = "(unauthenticated)"  # the client name of calls refused at the door
 
 Handler = Callable[..., object]
+_client: contextvars.ContextVar[str] = contextvars.ContextVar("client", default=UNAUTHENTICATED)
+
+
+def current_client() -> str:
+    """The name of the token the running call came with (its line in the token file)."""
+    return _client.get()
 
 
 def checked_key(key: str) -> str:
@@ -104,6 +112,7 @@ class Gate:
                 status.abort(context, error)
             finally:
                 self._finish(method, context, started, ticket, error)
+                _client.set(UNAUTHENTICATED)
 
         return call
 
@@ -113,9 +122,11 @@ class Gate:
         def call(request, context) -> Iterator:
             started = self.metrics.started_rpc()
             ticket = None
+            client = None
             error: BaseException | None = None
             try:
                 ticket = self._admit(role, context)
+                client = _client.get()  # a generator's frame may resume in another context
                 yield from handler(_parse(request_type, request, method), context)
             except GeneratorExit:
                 raise
@@ -123,23 +134,28 @@ class Gate:
                 error = as_cache_error(exc, method)
                 status.abort(context, error)
             finally:
-                self._finish(method, context, started, ticket, error)
+                self._finish(method, context, started, ticket, error, client)
 
         return call
 
     def _admit(self, role: Role, context) -> int:
+        _client.set(UNAUTHENTICATED)
         try:
-            self.tokens.authorize(context.invocation_metadata(), role)
+            principal = self.tokens.authenticate(context.invocation_metadata())
+            _client.set(principal.name)
+            self.tokens.permit(principal, role)
         except (UnauthenticatedError, PermissionDeniedError):
             self.metrics.rejected.labels("auth").inc()
             raise
         return self.watchdog.schedule(self.request_timeout, context.cancel)
 
-    def _finish(self, method, context, started, ticket, error) -> None:
+    def _finish(self, method, context, started, ticket, error, client=None) -> None:
         if ticket is not None:
             self.watchdog.cancel(ticket)
         if error is not None:
             code = status.status_of(error)[0]
         else:
             code = grpc.StatusCode.OK if context.is_active() else grpc.StatusCode.CANCELLED
-        self.metrics.finished_rpc(method, code.name, time.perf_counter() - started)
+        self.metrics.finished_rpc(
+            method, code.name, time.perf_counter() - started, client or _client.get()
+        )

@@ -1,7 +1,8 @@
 """The `xlacache.v1.Cache` service over a LocalStore: which handler serves which method.
 
 `METHODS` is the whole service at a glance: each RPC's role, request type and
-handler. The handlers live in `transfers` (Get, Put) and `queries` (the rest); what
+handler. The handlers live in `transfers` (Get, Put), `misses` (ReportMiss,
+RecentMisses) and `queries` (the rest); what
 every call goes through (parsing, auth, deadline, metrics, statuses) is `rpc.Gate`.
 A new RPC is a line here, a handler, and a message in proto/xlacache/v1/cache.proto.
 """
@@ -18,6 +19,7 @@ from xlacache.server.auth import Role, TokenTable
 from xlacache.server.config import ServerConfig
 from xlacache.server.limits import Watchdog
 from xlacache.server.metrics import ServerMetrics
+from xlacache.server.misses import MissRing
 from xlacache.server.queries import Queries
 from xlacache.server.rpc import Gate
 from xlacache.server.transfers import Transfers
@@ -42,6 +44,8 @@ METHODS: dict[str, Method] = {
     "Delete": Method(Role.ADMIN, pb.DeleteRequest, "queries.delete", "unary"),
     "Prune": Method(Role.ADMIN, pb.PruneRequest, "queries.prune", "unary"),
     "Verify": Method(Role.ADMIN, pb.VerifyRequest, "queries.verify", "unary"),
+    "ReportMiss": Method(Role.READ, pb.ReportMissRequest, "misses.report", "unary"),
+    "RecentMisses": Method(Role.READ, pb.RecentMissesRequest, "misses.recent", "unary"),
 }
 
 
@@ -60,6 +64,7 @@ class CacheService:
         self.gate = Gate(tokens, metrics, watchdog, config.request_timeout)
         self.transfers = Transfers(store, config, metrics)
         self.queries = Queries(store, config, metrics, self.transfers)
+        self.misses = MissRing(store, metrics)
 
     def handler(self, name: str):
         """The gRPC method implementation of RPC `name` (parsing, auth, ... included)."""

@@ -4,6 +4,8 @@ Gets check the entry's header and length before sending (clients verify the body
 to end and report a corrupt entry). Puts are checked as they arrive, by
 `entry.EntryReader` (size, header, key, body digest), written to a temp file
 (`diskio`) and renamed into place by the store; a broken upload leaves nothing.
+With --require-signed-by, an upload whose header no required key signed is refused as
+soon as its header has arrived (`UntrustedEntryError`: PERMISSION_DENIED).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from xlacache.errors import (
     InvalidRequestError,
     RequestCancelledError,
     ServerBusyError,
+    UntrustedEntryError,
 )
 from xlacache.protocol import wire
 from xlacache.server import diskio
@@ -28,6 +31,7 @@ from xlacache.server.config import ServerConfig
 from xlacache.server.limits import ByteBudget
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.rpc import checked_key
+from xlacache.signing import TrustedKeys
 from xlacache.stores.local import LocalStore
 
 log = logging.getLogger("xlacache.server")
@@ -52,6 +56,7 @@ class Transfers:
         self.metrics = metrics
         self.uploads = ByteBudget(config.upload_memory)  # bytes of uploads in progress
         self.buffers = diskio.BufferPool()
+        self.required_signers: TrustedKeys | None = config.trusted_keys()
 
     # -- Get -----------------------------------------------------------------------------
 
@@ -177,11 +182,15 @@ class Transfers:
         header until it is whole: the body is hashed and written chunk by chunk.
         """
         reader = entry.EntryReader(first.key, first.size)
+        signature_checked = False
         for data in _chunks(first.data, messages):
             try:
                 reader.feed(data)
             except CorruptEntryError as exc:
                 raise InvalidRequestError(f"bad entry: {exc}; nothing stored") from None
+            if not signature_checked and reader.header is not None:
+                self._require_signature(reader.header)
+                signature_checked = True
             writer.write(data)
         if reader.received != first.size:
             message = f"upload ended after {reader.received} of {first.size} bytes; nothing stored"
@@ -198,6 +207,20 @@ class Transfers:
             return reader.finish()
         except CorruptEntryError as exc:
             raise InvalidRequestError(f"bad entry: {exc}; nothing stored") from None
+
+    # -- signed uploads (--require-signed-by) ---------------------------------------------
+
+    def _require_signature(self, header: entry.Header) -> None:
+        """Refuse an upload no required key signed (UntrustedEntryError, reason in its
+        detail). The signature covers the header, which names the body's digest and size:
+        EntryReader.finish checks the body against them."""
+        if self.required_signers is None:
+            return
+        try:
+            self.required_signers.check(header)
+        except UntrustedEntryError as exc:
+            self.metrics.rejected.labels("untrusted").inc()
+            raise UntrustedEntryError(f"{exc}; nothing stored", exc.reason) from None
 
 
 def _chunks(first: memoryview, rest: Iterator[bytes]) -> Iterator[memoryview]:

@@ -192,6 +192,25 @@ class Store(abc.ABC):
         """
         return self.get(key)
 
+    # -- recorded misses (xlacache.misslog records; `xlacache explain`) ------------------
+
+    @property
+    def can_report_misses(self) -> bool:
+        """Whether `report_miss` may be called on this store by this process."""
+        return False
+
+    def report_miss(self, record: dict) -> None:
+        """Keep one explained miss (a `xlacache.misslog` record) for `recent_misses`.
+
+        Every backend keeps a bounded number; a read-only store raises ReadOnlyError
+        (a server, whose ring is no part of the cache, takes reports from readers too).
+        """
+        raise NotImplementedError(f"{self.url}: this store keeps no recorded misses")
+
+    def recent_misses(self, limit: int | None = None) -> list[dict]:
+        """Recorded misses, newest first (at most `limit`)."""
+        raise NotImplementedError(f"{self.url}: this store keeps no recorded misses")
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and file handles."""
 

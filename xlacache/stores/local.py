@@ -23,7 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from xlacache import counters, entry
+from xlacache import counters, entry, misslog
 from xlacache.errors import (
     CorruptEntryError,
     IndexClosedError,
@@ -283,6 +283,19 @@ class LocalStore(Store):
             self._resync_index(found)
             report.repaired = True
         return report
+
+    @property
+    def can_report_misses(self) -> bool:
+        return not self.readonly
+
+    def report_miss(self, record: dict) -> None:
+        """Append to the directory's miss log (`misslog.MISS_LOG`, bounded in size)."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.root} is open read-only")
+        misslog.append(self.root / misslog.MISS_LOG, misslog.bounded(record))
+
+    def recent_misses(self, limit: int | None = None) -> list[dict]:
+        return misslog.read(self.root / misslog.MISS_LOG, limit)
 
     def close(self) -> None:
         index, self._index = self._index, None

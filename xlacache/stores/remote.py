@@ -30,7 +30,7 @@ from xlacache.errors import (
     StoreUnavailableError,
 )
 from xlacache.key import is_valid_key
-from xlacache.protocol import CHUNK_SIZE, DEFAULT_PORT, fields_of, method_path, status, wire
+from xlacache.protocol import CHUNK_SIZE, DEFAULT_PORT, fields_of, method_path, misses, status, wire
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
 
 MESSAGE_LIMIT = 8 * 1024 * 1024
@@ -332,6 +332,20 @@ class GrpcStore(Store):
             ).removed
         except CacheError:
             return False
+
+    @property
+    def can_report_misses(self) -> bool:
+        return True  # read-only too: the server's ring is no part of the cache
+
+    def report_miss(self, record: dict) -> None:
+        """Send one explained miss to the server (ReportMiss: read tokens may)."""
+        request = pb.ReportMissRequest(miss=misses.to_message(record))
+        self._call(lambda: self._unary(self._stub.ReportMiss, request))
+
+    def recent_misses(self, limit: int | None = None) -> list[dict]:
+        request = pb.RecentMissesRequest(limit=limit or 0)
+        reply = self._call(lambda: self._unary(self._stub.RecentMisses, request))
+        return [misses.to_record(m) for m in reply.misses]
 
     def close(self) -> None:
         self._channel.close()

@@ -5,7 +5,9 @@ local, then queued for upload by one background thread, so training never waits 
 the network; when the queue is full the upload is dropped and counted. A sick remote
 (unreachable, timing out, refusing our token) degrades the tier to local-only with
 one warning (`xlacache.counters.record_error`); the remote's circuit breaker keeps
-retries cheap. `readonly` never writes anywhere.
+retries cheap. A remote that refuses our uploads (a read token; a server requiring
+signatures we do not make, counted as errors["untrusted"]) is not asked again.
+`readonly` never writes anywhere.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from xlacache.errors import (
     CorruptEntryError,
     PermissionDeniedError,
     ReadOnlyError,
+    UntrustedEntryError,
     kind_of,
 )
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
@@ -123,6 +126,19 @@ class TieredStore(Store):
             raise ReadOnlyError(f"{self.url} is open read-only")
         return self.local.verify(repair=repair)
 
+    @property
+    def can_report_misses(self) -> bool:
+        return not self.readonly and self.local.can_report_misses
+
+    def report_miss(self, record: dict) -> None:
+        """The local tier's, as listing is (an explainer reports to the remote itself)."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.url} is open read-only")
+        self.local.report_miss(record)
+
+    def recent_misses(self, limit: int | None = None) -> list[dict]:
+        return self.local.recent_misses(limit)
+
     # -- writes ------------------------------------------------------------------------
 
     def put(self, key: str, blob: bytes) -> None:
@@ -195,8 +211,10 @@ class TieredStore(Store):
         except ReadOnlyError:
             self._uploads_allowed = False
         except (CacheError, OSError) as exc:
-            if isinstance(exc, PermissionDeniedError):
-                self._uploads_allowed = False  # a read token: stop trying for this process
+            if isinstance(exc, (PermissionDeniedError, UntrustedEntryError)):
+                # A read token, or a server that requires signatures this process does not
+                # make (it signs every entry alike): stop trying for this process.
+                self._uploads_allowed = False
             counters.add("uploads_dropped")
             counters.record_error(kind_of(exc), exc)
         except Exception as exc:  # noqa: BLE001 - the upload thread must never die

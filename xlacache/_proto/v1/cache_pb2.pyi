@@ -210,3 +210,63 @@ class ReportCorruptResponse(_message.Message):
     REMOVED_FIELD_NUMBER: _ClassVar[int]
     removed: bool
     def __init__(self, removed: _Optional[bool] = ...) -> None: ...
+
+class MissDifference(_message.Message):
+    __slots__ = ("component", "details")
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    component: str
+    details: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, component: _Optional[str] = ..., details: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MissRecord(_message.Message):
+    __slots__ = ("time", "key", "label", "reason", "note", "differences", "nearest", "nearest_label", "compared", "host", "pid", "client")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
+    NEAREST_FIELD_NUMBER: _ClassVar[int]
+    NEAREST_LABEL_FIELD_NUMBER: _ClassVar[int]
+    COMPARED_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    time: float
+    key: str
+    label: str
+    reason: str
+    note: str
+    differences: _containers.RepeatedCompositeFieldContainer[MissDifference]
+    nearest: str
+    nearest_label: str
+    compared: int
+    host: str
+    pid: int
+    client: str
+    def __init__(self, time: _Optional[float] = ..., key: _Optional[str] = ..., label: _Optional[str] = ..., reason: _Optional[str] = ..., note: _Optional[str] = ..., differences: _Optional[_Iterable[_Union[MissDifference, _Mapping]]] = ..., nearest: _Optional[str] = ..., nearest_label: _Optional[str] = ..., compared: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., client: _Optional[str] = ...) -> None: ...
+
+class ReportMissRequest(_message.Message):
+    __slots__ = ("miss",)
+    MISS_FIELD_NUMBER: _ClassVar[int]
+    miss: MissRecord
+    def __init__(self, miss: _Optional[_Union[MissRecord, _Mapping]] = ...) -> None: ...
+
+class ReportMissResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RecentMissesRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class RecentMissesResponse(_message.Message):
+    __slots__ = ("misses", "total")
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    misses: _containers.RepeatedCompositeFieldContainer[MissRecord]
+    total: int
+    def __init__(self, misses: _Optional[_Iterable[_Union[MissRecord, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...

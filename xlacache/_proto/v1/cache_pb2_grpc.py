@@ -84,6 +84,16 @@ class CacheStub:
                 request_serializer=xlacache_dot_v1_dot_cache__pb2.ReportCorruptRequest.SerializeToString,
                 response_deserializer=xlacache_dot_v1_dot_cache__pb2.ReportCorruptResponse.FromString,
                 _registered_method=True)
+        self.ReportMiss = channel.unary_unary(
+                '/xlacache.v1.Cache/ReportMiss',
+                request_serializer=xlacache_dot_v1_dot_cache__pb2.ReportMissRequest.SerializeToString,
+                response_deserializer=xlacache_dot_v1_dot_cache__pb2.ReportMissResponse.FromString,
+                _registered_method=True)
+        self.RecentMisses = channel.unary_unary(
+                '/xlacache.v1.Cache/RecentMisses',
+                request_serializer=xlacache_dot_v1_dot_cache__pb2.RecentMissesRequest.SerializeToString,
+                response_deserializer=xlacache_dot_v1_dot_cache__pb2.RecentMissesResponse.FromString,
+                _registered_method=True)
 
 
 class CacheServicer:
@@ -156,6 +166,21 @@ class CacheServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportMiss(self, request, context):
+        """A client explained one of its misses (XLACACHE_EXPLAIN=1); the server keeps the
+        newest in a bounded ring (rate-limited per token: RESOURCE_EXHAUSTED beyond).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecentMisses(self, request, context):
+        """The misses the server keeps, newest first (`xlacache explain grpc://...`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CacheServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -208,6 +233,16 @@ def add_CacheServicer_to_server(servicer, server):
                     servicer.ReportCorrupt,
                     request_deserializer=xlacache_dot_v1_dot_cache__pb2.ReportCorruptRequest.FromString,
                     response_serializer=xlacache_dot_v1_dot_cache__pb2.ReportCorruptResponse.SerializeToString,
+            ),
+            'ReportMiss': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportMiss,
+                    request_deserializer=xlacache_dot_v1_dot_cache__pb2.ReportMissRequest.FromString,
+                    response_serializer=xlacache_dot_v1_dot_cache__pb2.ReportMissResponse.SerializeToString,
+            ),
+            'RecentMisses': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecentMisses,
+                    request_deserializer=xlacache_dot_v1_dot_cache__pb2.RecentMissesRequest.FromString,
+                    response_serializer=xlacache_dot_v1_dot_cache__pb2.RecentMissesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -480,6 +515,60 @@ class Cache:
             '/xlacache.v1.Cache/ReportCorrupt',
             xlacache_dot_v1_dot_cache__pb2.ReportCorruptRequest.SerializeToString,
             xlacache_dot_v1_dot_cache__pb2.ReportCorruptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportMiss(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xlacache.v1.Cache/ReportMiss',
+            xlacache_dot_v1_dot_cache__pb2.ReportMissRequest.SerializeToString,
+            xlacache_dot_v1_dot_cache__pb2.ReportMissResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecentMisses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xlacache.v1.Cache/RecentMisses',
+            xlacache_dot_v1_dot_cache__pb2.RecentMissesRequest.SerializeToString,
+            xlacache_dot_v1_dot_cache__pb2.RecentMissesResponse.FromString,
             options,
             channel_credentials,
             insecure,
