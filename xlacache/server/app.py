@@ -20,7 +20,7 @@ from xlacache.server.limits import Watchdog
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.service import CacheService, method_handlers
 from xlacache.server.status_page import StatusServer
-from xlacache.stores.local import LocalStore
+from xlacache.server.storage import lease_table, local_disk, open_served_store
 from xlacache.units import format_size
 
 log = logging.getLogger("xlacache.server")
@@ -35,12 +35,13 @@ class CacheServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = TokenTable.load(config.tokens)
-        # Opening reconciles the index with the entry files and removes the temp files
-        # of a server killed mid-upload.
-        self.store = LocalStore(config.store, max_size=config.max_size, fsync=config.fsync)
-        self.metrics = ServerMetrics(self.store.summary, config.max_size)
+        self.store = open_served_store(config)
+        # Store gauges describe this server's disk (a bucket is listed by Stats alone).
+        self.metrics = ServerMetrics(local_disk(self.store).summary, config.max_size)
         self.watchdog = Watchdog()
-        self.service = CacheService(self.store, config, self.tokens, self.metrics, self.watchdog)
+        self.service = CacheService(
+            self.store, config, self.tokens, self.metrics, self.watchdog, lease_table(self.store)
+        )
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self.state = "starting"
         max_message = config.chunk_size + MESSAGE_SLACK
@@ -121,7 +122,7 @@ class CacheServer:
             "auth": self.auth_mode(),
             "tls": self.tls_mode(),
             "store": {
-                "path": str(self.store.root),
+                "path": self.store.url,
                 "max_size": format_size(self.config.max_size)
                 if self.config.max_size
                 else "no limit",
@@ -159,7 +160,7 @@ class CacheServer:
         self.state = "serving"
         log.info(
             "xlacache serve %s: listening on %s (TLS %s), store %s, auth %s",
-            __version__, self.address, self.tls_mode(), self.store.root, self.auth_mode(),
+            __version__, self.address, self.tls_mode(), self.store.url, self.auth_mode(),
         )  # fmt: skip
         if not self.config.fsync:
             log.warning("fsync off (--no-fsync): a power loss may lose recently stored entries")

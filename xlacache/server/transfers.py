@@ -28,7 +28,7 @@ from xlacache.server.config import ServerConfig
 from xlacache.server.limits import ByteBudget
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.rpc import checked_key
-from xlacache.stores.local import LocalStore
+from xlacache.server.storage import ServedStore
 
 log = logging.getLogger("xlacache.server")
 
@@ -46,7 +46,7 @@ class _PutHeader:
 
 
 class Transfers:
-    def __init__(self, store: LocalStore, config: ServerConfig, metrics: ServerMetrics) -> None:
+    def __init__(self, store: ServedStore, config: ServerConfig, metrics: ServerMetrics) -> None:
         self.store = store
         self.config = config
         self.metrics = metrics
@@ -60,7 +60,7 @@ class Transfers:
         key = checked_key(request.key)
         chunk = self.config.chunk_size
         try:
-            f = open(self.store.entry_path(key), "rb", buffering=0)  # noqa: SIM115 - closed below
+            f = self.store.open_entry(key)  # read-through over a bucket
         except FileNotFoundError:
             self.metrics.miss()
             yield wire.get_first(False)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from xlacache import entry
+from xlacache.stores.leases import LeaseTable
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,19 @@ class Store(abc.ABC):
         that record uses on `get` override it.
         """
         return self.get(key)
+
+    def publish(self, key: str, blob: bytes) -> None:
+        """Store an entry so that every process sharing this store finds it on return.
+
+        What a single-flight compiler calls before it releases its lease. The default is
+        `put`; a tier uploads now instead of in the background.
+        """
+        self.put(key, blob)
+
+    def leases(self) -> LeaseTable | None:
+        """The leases that let the processes sharing this store compile a key once
+        (`xlacache.stores.leases`), or None where the store has none."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and file handles."""

@@ -4,6 +4,7 @@ Layout (the same entries, under the same names, as a local cache directory)::
 
     PREFIX/XLACACHE                  marker (format version)
     PREFIX/entries/ab/<key>.xlac     entries, sharded by the key's first two hex digits
+    PREFIX/leases/<key>              single-flight leases (stores/gcs_leases.py)
 
 Each entry object carries custom metadata (format, payload-size, created,
 compile-seconds, label, and once used: last-used, hits), so listing, stats and
@@ -43,6 +44,7 @@ from xlacache.errors import (
 )
 from xlacache.key import is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.gcs_leases import GCSLeases
 from xlacache.stores.gcs_objects import DEFAULT_TIMEOUT, GCSObjects, ObjectInfo, RetryPolicy
 from xlacache.stores.local import ENTRY_SUFFIX, MARKER
 
@@ -225,6 +227,10 @@ class GCSStore(Store):
                     self.objects.delete(obj.name, generation=obj.generation)
         report.repaired = repair
         return report
+
+    def leases(self) -> GCSLeases:
+        """Lease objects under leases/ (what every client and server replica agrees on)."""
+        return GCSLeases(self.objects, timeout=self.timeout)
 
     def close(self) -> None:
         """Give pending use records a bounded time to finish."""

@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from filelock import FileLock
 
@@ -43,6 +44,7 @@ from xlacache.stores.files import (
     info_from_header,
 )
 from xlacache.stores.index import Index, Limits, move_aside
+from xlacache.stores.leases import DirLeases
 
 __all__ = ["ENTRY_SUFFIX", "MARKER", "STALE_TEMP_SECONDS", "LocalStore", "info_from_header"]
 
@@ -73,6 +75,7 @@ class LocalStore(Store):
         self.tmp_dir = self.files.tmp_dir
         self.index_path = self.root / "index.sqlite"
         self._index: Index | None = None
+        self._leases: DirLeases | None = None
         if not self.files.is_cache():
             if readonly or not create:
                 raise NotACacheError(f"{self.root} is not an xlacache cache directory")
@@ -284,7 +287,15 @@ class LocalStore(Store):
             report.repaired = True
         return report
 
+    def leases(self) -> DirLeases:
+        """Leases among the processes sharing this directory (lock files in leases/)."""
+        if self._leases is None:
+            self._leases = DirLeases(self.root)
+        return self._leases
+
     def close(self) -> None:
+        if self._leases is not None:
+            self._leases.close()
         index, self._index = self._index, None
         if index is not None:
             index.close()
@@ -387,6 +398,10 @@ class LocalStore(Store):
 
     def entry_path(self, key: str) -> Path:
         return self.files.entry_path(key)
+
+    def open_entry(self, key: str) -> BinaryIO:
+        """The entry's file, open for unbuffered reading (FileNotFoundError if absent)."""
+        return open(self.entry_path(key), "rb", buffering=0)  # noqa: SIM115 - the caller's
 
     def peek(self, key: str) -> bytes | None:
         """The verified entry, read without recording a hit (never touches the index)."""
