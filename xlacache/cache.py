@@ -262,6 +262,7 @@ class CompilationCache:
         )
         thread.start()
         return thread
+
     def lookup(self, key: str) -> entry.Entry | None:
         """The verified entry for `key`, or None (absent, or the cache failed)."""
         try:

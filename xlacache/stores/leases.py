@@ -273,7 +273,7 @@ def _is_file_at(fd: int, path: Path) -> bool:
 class Backoff:
     """Delays that grow from `initial` to `maximum` (x`multiplier` each), with jitter."""
 
-    def __init__(self, initial: float = 0.05, maximum: float = 1.0, multiplier: float = 1.5):
+    def __init__(self, initial: float = 0.05, maximum: float = 0.5, multiplier: float = 1.5):
         self._next = initial
         self.maximum = maximum
         self.multiplier = multiplier
