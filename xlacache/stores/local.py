@@ -50,7 +50,12 @@ __all__ = ["ENTRY_SUFFIX", "MARKER", "STALE_TEMP_SECONDS", "LocalStore", "info_f
 
 
 class LocalStore(Store):
-    """Entries as files in a directory, with a SQLite index beside them."""
+    """Entries as files in a directory, with a SQLite index beside them.
+
+    `create`: a writable store makes the directory when missing; a read-only one accepts
+    a directory nobody has made yet (empty until its writer makes it); with create=False
+    either must find a cache there.
+    """
 
     def __init__(
         self,
@@ -77,9 +82,12 @@ class LocalStore(Store):
         self._index: Index | None = None
         self._leases: DirLeases | None = None
         if not self.files.is_cache():
-            if readonly or not create:
+            if not create:
                 raise NotACacheError(f"{self.root} is not an xlacache cache directory")
-            self.files.create()
+            if not readonly:
+                self.files.create()
+            # Read-only with create: a directory its writer has not made yet reads as
+            # empty until it does (a reader that starts before its writer).
         if not readonly and not os.access(self.root, os.W_OK):
             raise PermissionError(errno.EACCES, "cache directory is not writable", str(self.root))
         self._index = self._open_index()
