@@ -210,6 +210,21 @@ def serve_env(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return {k[len(SERVE_PREFIX) :].lower(): v for k, v in env.items() if k.startswith(SERVE_PREFIX)}
 
 
+def _writer_grace(role: str, origin: str, settings: dict) -> float:
+    """How long a reader waits, by default, for a writer to start compiling a program.
+
+    A reader by rank or role has a writer in its pod compiling the same programs: it
+    waits for it (DEFAULT_WRITER_GRACE) where that writer can publish, a remote store
+    or a directory a writer has made. readonly=True names no writer: it waits only for
+    compiles it sees under way.
+    """
+    if role != "reader" or origin.startswith("readonly"):
+        return 0.0
+    if settings.get("remote") is None and not Path(settings["path"]).expanduser().exists():
+        return 0.0  # its own directory, which nobody writes
+    return DEFAULT_WRITER_GRACE
+
+
 def resolve(
     path: str | os.PathLike | None = None, *, rank: tuple[int, str] | None = None, **overrides
 ) -> CacheConfig:
@@ -228,9 +243,6 @@ def resolve(
         settings["path"] = str(path)
     settings.update(arguments)
     settings.update(role=role, role_origin=origin, readonly=role == "reader")
-    if settings.get("writer_grace") is None:
-        by_role = role == "reader" and not origin.startswith("readonly")
-        settings["writer_grace"] = DEFAULT_WRITER_GRACE if by_role else 0.0
     for name in ("lease_ttl", "max_wait", "writer_grace"):
         if isinstance(settings.get(name), str):
             settings[name] = parse_duration(settings[name])
@@ -241,6 +253,8 @@ def resolve(
             "initialize_cache needs a path (argument, XLACACHE_DIR or XLA_PERSISTENT_CACHE_PATH)"
         )
     settings["path"] = str(Path(settings["path"]).expanduser().absolute())
+    if settings.get("writer_grace") is None:
+        settings["writer_grace"] = _writer_grace(role, origin, settings)
     if isinstance(settings.get("max_size"), str):
         settings["max_size"] = parse_size(settings["max_size"])
     if isinstance(settings.get("max_age"), str):
