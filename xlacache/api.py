@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from xlacache.errors import ConfigError, kind_of
 from xlacache.stores import Store, open_store
 from xlacache.stores.local import LocalStore
 
+log = logging.getLogger("xlacache")
 _lock = threading.Lock()
 _config: CacheConfig | None = None
 _cache: CompilationCache | None = None
@@ -100,6 +102,7 @@ def initialize_cache(
                 f"cannot re-initialize with ({settings.describe()})"
             )
         _config = settings
+        log.info("xlacache: %s (%s)", settings.role, settings.role_origin)
         store = _open(settings)
         if store is None:
             return
@@ -120,6 +123,11 @@ def stats() -> dict:
     """This process's cache figures: hits, misses, writes, bytes read and written,
     compile seconds spent and saved, load seconds, and errors by kind."""
     return counters.snapshot()
+
+
+def get_config() -> CacheConfig | None:
+    """The settings initialize_cache resolved (role and role_origin included), or None."""
+    return _config
 
 
 def get_cache() -> CompilationCache | None:
