@@ -110,6 +110,10 @@ def test_readers_by_rank_wait_for_the_writer_and_write_nothing(tmp_path, alone):
         calls = server_calls(server)
         assert calls.get("Put.OK") == compile_count(alone)  # the writer's, no reader's
         assert calls.get("LeaseWait.OK", 0) > 0  # the readers watched the writer's leases
+        with GrpcStore(server.url) as client:
+            figures = client.server_stats().counters  # as the readers reported their waits
+        assert figures["compiles_avoided"] >= 1 and figures["wait_seconds"] > 0
+        assert figures["leases_granted"] >= compile_count(alone)
     finally:
         server.stop(signal.SIGKILL)
 
