@@ -103,11 +103,3 @@ def test_single_flight_settings(tmp_path, monkeypatch):
     assert resolve(tmp_path, readonly=True).writer_grace == 5  # explicit: for every reader
     with pytest.raises(ConfigError):
         resolve(tmp_path, max_wait=-1)
-
-
-def test_a_reader_waits_for_a_writer_only_where_one_can_publish(tmp_path, monkeypatch):
-    monkeypatch.setenv("RANK", "2")
-    own = config.resolve(tmp_path / "rank-2-only")  # its own directory: nobody writes there
-    assert own.role == "reader" and own.writer_grace == 0.0
-    shared = config.resolve(tmp_path / "rank-2-only", remote="grpc://cache:7070")
-    assert shared.writer_grace == config.DEFAULT_WRITER_GRACE

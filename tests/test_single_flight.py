@@ -206,3 +206,14 @@ def test_a_reader_stops_waiting_when_the_writer_lets_go_without_an_entry(tmp_pat
     compiler = Compiler(seconds=0.0)
     assert get(reader, compiler) == b"exe"  # not after the 600 s grace
     assert compiler.calls == 1 and store.get(KEY) is None
+
+
+def test_a_reader_waits_for_no_writer_in_a_directory_nobody_made(tmp_path):
+    # A reader's own directory (per-process caches): no writer will ever publish there.
+    reader = CompilationCache(
+        LocalStore(tmp_path / "mine", readonly=True),
+        single_flight=SingleFlight(writer_grace=600),
+    )
+    compiler = Compiler(seconds=0.0)
+    assert get(reader, compiler) == b"exe"  # at once, not after 600 s
+    assert compiler.calls == 1 and not (tmp_path / "mine").exists()

@@ -38,6 +38,7 @@ def _count_hit(header: entry.Header, load_seconds: float) -> None:
 
 
 _MISS = object()  # no executable (absent, or not loadable)
+_FAILED = object()  # an entry was there but failed (corrupt, untrusted, not loadable)
 
 
 @dataclass(frozen=True)
@@ -109,10 +110,10 @@ class CompilationCache:
             _count_hit(header, time.perf_counter() - start)
             return result
         found = self._load(key, load)
-        if found is not _MISS:
+        if found is not _MISS and found is not _FAILED:
             return found
         lease = None
-        if self.single_flight is not None:
+        if self.single_flight is not None and found is _MISS:  # absent: maybe in the works
             found, lease = self._single_flight(key, load)
             if found is not _MISS:
                 return found
@@ -135,17 +136,18 @@ class CompilationCache:
         return result
 
     def _load(self, key: str, load: Callable[[bytes], T]):
-        """The stored executable for `key`, loaded; _MISS when absent or unloadable."""
-        found = self.lookup(key)
-        if found is None:
-            return _MISS
+        """The stored executable for `key`, loaded; _MISS when absent, _FAILED when what
+        was there failed (counted)."""
+        found = self._lookup(key)
+        if found is None or found is _FAILED:
+            return _MISS if found is None else _FAILED
         start = time.perf_counter()
         try:
             result = load(found.payload())
         except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
             counters.record_error(exc.kind if isinstance(exc, CacheError) else "load", exc)
             self.discard(key)
-            return _MISS
+            return _FAILED
         _count_hit(found.header, time.perf_counter() - start)
         return result
 
@@ -158,14 +160,15 @@ class CompilationCache:
         dies loses it (at once for directory leases, after its ttl otherwise) and a
         waiter takes over. A reader only watches the lease: it waits while a holder is
         alive and, when none is, up to `writer_grace` for one to appear (the writer of
-        its pod compiles the same programs). Every wait ends by `max_wait`; any lease
-        failure means compiling without one.
+        its pod compiles the same programs) if a writer has made the store at all.
+        Every wait ends by `max_wait`; any lease failure means compiling without one.
         """
         flight = self.single_flight
         table = self._lease_table()
         if table is None:
             return _MISS, None
         holder = new_holder()
+        grace = flight.writer_grace if self.readonly and self.store.exists() else 0.0
         start = time.monotonic()
         backoff = Backoff()
         seen_holder = False
@@ -184,9 +187,9 @@ class CompilationCache:
                 return self._lead(table, key, holder, grant, seen_holder, load, start, waited)
             now = time.monotonic()
             seen_holder = seen_holder or current is not None
-            if current is None and (seen_holder or now - start >= flight.writer_grace):
+            if current is None and (seen_holder or now - start >= grace):
                 # A reader with nobody compiling the key (any more): look once more.
-                return self._end_wait(table, key, start, waited, self._load(key, load)), None
+                return self._end_wait(table, key, start, waited, self._recheck(key, load)), None
             if now - start >= flight.max_wait:
                 counters.add("wait_timeouts")
                 counters.record_error("wait_timeout", f"waited {now - start:.0f} s for {key}")
@@ -194,15 +197,15 @@ class CompilationCache:
             time.sleep(min(backoff.next(), flight.max_wait - (now - start)))
             waited = True
             found = self._load(key, load)
-            if found is not _MISS:
-                return self._end_wait(table, key, start, waited, found), None
+            if found is not _MISS:  # loaded; or failed, and counted: compile
+                return self._end_wait(table, key, start, waited, self._miss(found)), None
 
     def _lead(self, table, key, holder, grant, seen_holder, load, start, waited):
         """We hold the lease: the entry may have arrived meanwhile; else compile under it."""
         if grant.taken_over:
             counters.add("leases_taken_over")
         lease = HeldLease(table, key, holder, self.single_flight.ttl, grant.taken_over)
-        found = self._load(key, load)  # stored between our lookup and the grant?
+        found = self._recheck(key, load)  # stored between our lookup and the grant?
         if found is not _MISS or (seen_holder and not grant.taken_over):
             # Loaded; or the holder we waited on let go without storing (its compile was
             # too quick to keep, or storing failed): compile without holding the lease,
@@ -211,6 +214,14 @@ class CompilationCache:
             return self._end_wait(table, key, start, waited, found), None
         self._end_wait(table, key, start, waited, _MISS)
         return _MISS, lease
+
+    def _recheck(self, key: str, load: Callable[[bytes], T]):
+        """Look again for an entry that may have been stored since: loaded, or _MISS."""
+        return self._miss(self._load(key, load))
+
+    @staticmethod
+    def _miss(found):
+        return _MISS if found is _FAILED else found
 
     def _end_wait(self, table, key: str, start: float, waited: bool, found):
         """Count a wait that is over (loaded: a compile avoided); passes `found` on."""
@@ -265,6 +276,11 @@ class CompilationCache:
 
     def lookup(self, key: str) -> entry.Entry | None:
         """The verified entry for `key`, or None (absent, or the cache failed)."""
+        found = self._lookup(key)
+        return None if found is _FAILED else found
+
+    def _lookup(self, key: str):
+        """The verified entry, None when absent, _FAILED when the cache failed (counted)."""
         try:
             blob = self.store.get(key)
             if blob is None:
@@ -276,7 +292,7 @@ class CompilationCache:
             return found
         except Exception as exc:  # noqa: BLE001 - every cache failure is a miss
             counters.record_error(kind_of(exc), exc)
-            return None
+            return _FAILED
 
     def save(
         self,

@@ -10,7 +10,8 @@ Environment variables (arguments win over them):
     XLACACHE_LEASE_TTL          a dead compiler's lease expires after this (default 30s)
     XLACACHE_MAX_WAIT           longest wait for another worker's compile (default 30m)
     XLACACHE_WRITER_GRACE       how long a reader waits for a writer to start compiling
-                                (default 10s for readers by rank or role, 0 for readonly)
+                                (default 10s for readers by rank or role, 0 for readonly;
+                                only in a store a writer has made)
     XLACACHE_REMOTE             shared store URL: grpc://cache:7070 or gs://bucket/prefix
     XLACACHE_TOKEN              bearer token for grpc:// (or XLACACHE_TOKEN_FILE); for gs://,
                                 gcsfs's token (a key file; unset: default credentials)
@@ -210,18 +211,15 @@ def serve_env(env: Mapping[str, str] = os.environ) -> dict[str, str]:
     return {k[len(SERVE_PREFIX) :].lower(): v for k, v in env.items() if k.startswith(SERVE_PREFIX)}
 
 
-def _writer_grace(role: str, origin: str, settings: dict) -> float:
+def _writer_grace(role: str, origin: str) -> float:
     """How long a reader waits, by default, for a writer to start compiling a program.
 
-    A reader by rank or role has a writer in its pod compiling the same programs: it
-    waits for it (DEFAULT_WRITER_GRACE) where that writer can publish, a remote store
-    or a directory a writer has made. readonly=True names no writer: it waits only for
-    compiles it sees under way.
+    A reader by rank or role has a writer in its pod that compiles the same programs:
+    it waits for it (where a writer has made the store: `CompilationCache`). readonly=True
+    names no writer: it waits only for compiles it sees under way.
     """
     if role != "reader" or origin.startswith("readonly"):
         return 0.0
-    if settings.get("remote") is None and not Path(settings["path"]).expanduser().exists():
-        return 0.0  # its own directory, which nobody writes
     return DEFAULT_WRITER_GRACE
 
 
@@ -254,7 +252,7 @@ def resolve(
         )
     settings["path"] = str(Path(settings["path"]).expanduser().absolute())
     if settings.get("writer_grace") is None:
-        settings["writer_grace"] = _writer_grace(role, origin, settings)
+        settings["writer_grace"] = _writer_grace(role, origin)
     if isinstance(settings.get("max_size"), str):
         settings["max_size"] = parse_size(settings["max_size"])
     if isinstance(settings.get("max_age"), str):

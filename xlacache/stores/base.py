@@ -193,6 +193,11 @@ class Store(abc.ABC):
         """
         return self.get(key)
 
+    def exists(self) -> bool:
+        """Whether a writer has made this store (a read-only view of a directory nobody
+        made yet reads as empty, and has no writer to wait for)."""
+        return True
+
     def publish(self, key: str, blob: bytes) -> None:
         """Store an entry so that every process sharing this store finds it on return.
 

@@ -295,6 +295,9 @@ class LocalStore(Store):
             report.repaired = True
         return report
 
+    def exists(self) -> bool:
+        return self.files.is_cache()
+
     def leases(self) -> DirLeases:
         """Leases among the processes sharing this directory (lock files in leases/)."""
         if self._leases is None:
