@@ -73,6 +73,11 @@ class FrontedStore(TieredStore):
             raise
         counters.add("uploads")
 
+    def delete(self, key: str) -> bool:
+        """Delete the local copy and the remote's (whose failure is raised: it is the truth)."""
+        existed = self.local.delete(key)
+        return self.remote.delete(key) or existed
+
     # -- reads: through from the remote ---------------------------------------------------
 
     def open_entry(self, key: str) -> BinaryIO:
