@@ -10,6 +10,7 @@ import textwrap
 import pytest
 
 from tests.conftest import child_env
+from xlacache.stores.local import LocalStore
 
 POD_PROGRAM = """
 import json, sys, threading
@@ -101,6 +102,7 @@ def sharded_key(result: dict) -> str:
 @pytest.mark.slow
 def test_every_process_of_a_job_computes_the_same_key_and_prefetches(tmp_path):
     cache = tmp_path / "shared"
+    LocalStore(cache).close()  # the job's shared directory, made before it starts
     first = run_job(cache, processes=2, devices_each=2)
     p0, p1 = first
     assert p0["keys"] and p0["keys"] == p1["keys"]  # every program, same key on both
