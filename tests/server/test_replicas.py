@@ -100,3 +100,22 @@ def test_store_commands_through_a_replica_see_the_bucket(replicas, gcs, tmp_path
     assert {e["key"] for e in manifest["entries"]} == set(entries) - {bad}
     pruned = run_json("prune", replica.url, "--max-size", "0")
     assert pruned["count"] == 2 and list(bucket.list()) == []
+
+
+@pytest.mark.parametrize(
+    "cli, message",
+    [
+        ({"store": "gs://bucket/prefix"}, "needs --cache-dir"),
+        ({"store": "/srv/cache", "cache_dir": "/var/cache/x"}, "goes with --store gs://"),
+        ({"store": "grpc://cache:7070"}, "use a directory or gs://"),
+    ],
+)
+def test_bucket_settings_are_checked(cli, message):
+    from xlacache.errors import ConfigError
+    from xlacache.server.config import load_config
+
+    with pytest.raises(ConfigError, match=message):
+        load_config(cli, env={})
+    if "gs://" in cli["store"]:
+        config = load_config({**cli, "cache_dir": "/var/cache/x"}, env={})
+        assert config.cache_dir == "/var/cache/x"
