@@ -124,10 +124,10 @@ def serve_command(
 
         configure_logging(settings.log_level)
         server = CacheServer(settings)
+        server.serve_forever()
     except (CacheError, OSError, ValueError) as exc:
         typer.echo(f"xlacache serve: error: {exc}", err=True)
         raise typer.Exit(2) from None
-    server.serve_forever()
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,6 @@ import logging
 import signal
 import threading
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -17,6 +16,7 @@ from xlacache.protocol import SERVICE_NAME
 from xlacache.server.auth import TokenTable
 from xlacache.server.config import ServerConfig, is_loopback, split_host_port
 from xlacache.server.limits import Watchdog
+from xlacache.server.listen import bind_failed, check_bindable, tls_credentials
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.service import CacheService, method_handlers
 from xlacache.server.status_page import StatusServer
@@ -35,6 +35,11 @@ class CacheServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = TokenTable.load(config.tokens)
+        # Everything that can refuse to start is checked before anything starts.
+        credentials = tls_credentials(config)
+        check_bindable(config.listen, "gRPC")
+        if config.metrics_listen:
+            check_bindable(config.metrics_listen, "metrics")
         # Opening reconciles the index with the entry files and removes the temp files
         # of a server killed mid-upload.
         self.store = LocalStore(config.store, max_size=config.max_size, fsync=config.fsync)
@@ -60,11 +65,19 @@ class CacheServer:
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc_server
         )
-        self.port = self._bind()
         self.http: StatusServer | None = None
-        if config.metrics_listen:
-            host, port = split_host_port(config.metrics_listen)
-            self.http = StatusServer(host, port, self.metrics.registry, self.status)
+        try:
+            self.port = self._bind(credentials)
+            if config.metrics_listen:
+                host, port = split_host_port(config.metrics_listen)
+                try:
+                    self.http = StatusServer(host, port, self.metrics.registry, self.status)
+                except OSError as exc:
+                    raise bind_failed(config.metrics_listen, "metrics", exc) from None
+        except BaseException:
+            self.watchdog.stop()
+            self.store.close()
+            raise
         self._stopped = threading.Event()
         self._reconciler = threading.Thread(
             target=self._reconcile_loop, name="xlacache-reconcile", daemon=True
@@ -75,24 +88,17 @@ class CacheServer:
         host, _ = split_host_port(self.config.listen)
         return f"{host if ':' not in host else f'[{host}]'}:{self.port}"
 
-    def _bind(self) -> int:
+    def _bind(self, credentials: grpc.ServerCredentials | None) -> int:
         address = self.config.listen
-        if self.config.tls_cert:
-            key = Path(self.config.tls_key).read_bytes()
-            cert = Path(self.config.tls_cert).read_bytes()
-            client_ca = (
-                Path(self.config.tls_client_ca).read_bytes() if self.config.tls_client_ca else None
-            )
-            creds = grpc.ssl_server_credentials(
-                [(key, cert)],
-                root_certificates=client_ca,
-                require_client_auth=client_ca is not None,
-            )
-            port = self.grpc_server.add_secure_port(address, creds)
-        else:
-            port = self.grpc_server.add_insecure_port(address)
+        try:
+            if credentials is not None:
+                port = self.grpc_server.add_secure_port(address, credentials)
+            else:
+                port = self.grpc_server.add_insecure_port(address)
+        except RuntimeError:  # grpcio raises on a failed bind (a race with check_bindable)
+            port = 0
         if port == 0:
-            raise OSError(f"cannot listen on {address} (in use, or not an address of this host)")
+            raise bind_failed(address, "gRPC")
         return port
 
     def auth_mode(self) -> str:
