@@ -52,22 +52,37 @@ def serve_command(
         typer.Option("--allow-open", help="Serve without tokens on a non-loopback address."),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", help="RPC threads (default 48).")
+        int | None,
+        typer.Option(
+            "--workers",
+            help="Cache RPCs served at once, a thread each; more are refused at once "
+            "with RESOURCE_EXHAUSTED (default 128). Health checks have threads of their own.",
+        ),
     ] = None,
     max_streams: Annotated[
         int | None,
         typer.Option(
-            "--max-streams", help="Concurrent RPCs before RESOURCE_EXHAUSTED (default 256)."
+            "--max-streams",
+            help="RPCs of any service in flight, queued included, before gRPC itself "
+            "refuses them (default 256; more than --workers).",
         ),
     ] = None,
     upload_memory: Annotated[
         str | None,
         typer.Option(
-            "--upload-memory", help="Bytes of uploads in progress at once (default 4GiB)."
+            "--upload-memory",
+            help="Bytes received by uploads in progress at once; more wait (default 4GiB).",
         ),
     ] = None,
     request_timeout: Annotated[
         str | None, typer.Option("--request-timeout", help="Longest one RPC may run (default 10m).")
+    ] = None,
+    idle_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--idle-timeout",
+            help="Cancel a Get or Put that moves no message for this long (default 20s; 0: never).",
+        ),
     ] = None,
     shutdown_grace: Annotated[
         str | None,

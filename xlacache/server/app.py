@@ -15,7 +15,7 @@ from xlacache._version import __version__
 from xlacache.protocol import SERVICE_NAME
 from xlacache.server.auth import TokenTable
 from xlacache.server.config import ServerConfig, is_loopback, split_host_port
-from xlacache.server.limits import Watchdog
+from xlacache.server.limits import IdleMonitor, Watchdog
 from xlacache.server.listen import bind_failed, check_bindable, tls_credentials
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.service import CacheService, method_handlers
@@ -27,6 +27,9 @@ log = logging.getLogger("xlacache.server")
 
 # One chunk plus framing must fit; nothing bigger is ever sent on purpose.
 MESSAGE_SLACK = 64 * 1024
+# Threads beyond the `workers` that Cache calls may hold: health checks, reflection and
+# the refusal of calls beyond `workers` always find one.
+SPARE_THREADS = 8
 
 
 class CacheServer:
@@ -45,12 +48,19 @@ class CacheServer:
         self.store = LocalStore(config.store, max_size=config.max_size, fsync=config.fsync)
         self.metrics = ServerMetrics(self.store.summary, config.max_size)
         self.watchdog = Watchdog()
-        self.service = CacheService(self.store, config, self.tokens, self.metrics, self.watchdog)
+        self.idle = IdleMonitor(
+            config.idle_timeout, on_idle=self.metrics.rejected.labels("idle").inc
+        )
+        self.service = CacheService(
+            self.store, config, self.tokens, self.metrics, self.watchdog, self.idle
+        )
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self.state = "starting"
         max_message = config.chunk_size + MESSAGE_SLACK
         self.grpc_server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
+            futures.ThreadPoolExecutor(
+                max_workers=config.workers + SPARE_THREADS, thread_name_prefix="rpc"
+            ),
             maximum_concurrent_rpcs=config.max_streams,
             options=[
                 ("grpc.max_receive_message_length", max_message),
@@ -76,6 +86,7 @@ class CacheServer:
                     raise bind_failed(config.metrics_listen, "metrics", exc) from None
         except BaseException:
             self.watchdog.stop()
+            self.idle.stop()
             self.store.close()
             raise
         self._stopped = threading.Event()
@@ -189,6 +200,7 @@ class CacheServer:
         self.grpc_server.stop(grace).wait()
         self._stopped.set()
         self.watchdog.stop()
+        self.idle.stop()
         if self.http:
             self.http.stop()
         if self._reconciler.is_alive():

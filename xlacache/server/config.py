@@ -39,10 +39,11 @@ class ServerConfig:
     tls_client_ca: str | None = None  # set: clients must present a certificate it signed
     tokens: str | None = None  # token file; none: the server is open
     allow_open: bool = False  # serve without tokens on a non-loopback address
-    workers: int = 48  # RPC threads (each running stream holds one)
-    max_streams: int = 256  # concurrent RPCs (running + queued) before RESOURCE_EXHAUSTED
-    upload_memory: int = 4 * 1024**3  # bytes of uploads in progress at once; more wait
+    workers: int = 128  # Cache RPCs running at once, a thread each; more: RESOURCE_EXHAUSTED
+    max_streams: int = 256  # RPCs of any service at once, queued included (gRPC's own cap)
+    upload_memory: int = 4 * 1024**3  # bytes received by uploads in progress; more wait
     request_timeout: float = 600.0  # seconds one RPC may run on the server
+    idle_timeout: float = 20.0  # seconds a Get or Put may go without a message (0: never)
     shutdown_grace: float = 30.0  # seconds in-flight RPCs get after SIGTERM
     reconcile_interval: float = 600.0  # seconds between index/entry-file reconciles (0: off)
     chunk_size: int = 1024 * 1024
@@ -73,8 +74,10 @@ class ServerConfig:
             raise ConfigError("sizes and counts must be positive")
         if self.upload_memory < self.max_entry_size:
             raise ConfigError("upload_memory must be at least max_entry_size")
-        if self.max_streams < self.workers:
-            raise ConfigError("max_streams must be at least workers")
+        if self.max_streams <= self.workers:
+            raise ConfigError("max_streams must be more than workers (room for health checks)")
+        if self.idle_timeout < 0:
+            raise ConfigError("idle_timeout must not be negative")
         if self.reconcile_interval < 0:
             raise ConfigError("reconcile_interval must not be negative")
         return self
@@ -86,6 +89,7 @@ _CONVERTERS: dict[str, Any] = {
     "upload_memory": parse_size,
     "chunk_size": parse_size,
     "request_timeout": parse_duration,
+    "idle_timeout": parse_duration,
     "shutdown_grace": parse_duration,
     "reconcile_interval": parse_duration,
     "workers": int,

@@ -47,6 +47,19 @@ def info_from_header(header: entry.Header, size: int) -> EntryInfo:
     )
 
 
+def verify_file(path: Path, key: str, chunk: int = 1024 * 1024) -> tuple[entry.Header, int]:
+    """Stream an entry file through every check a read makes (header, key, length, body
+    SHA-256), holding one chunk: (its header, its size). CorruptEntryError if it fails."""
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        reader = entry.EntryReader(key, size)
+        buffer = bytearray(min(chunk, max(size, 1)))
+        view = memoryview(buffer)
+        while n := f.readinto(buffer):
+            reader.feed(view[:n])
+        return reader.finish(), size
+
+
 def check_key(key: str) -> str:
     if not is_valid_key(key):
         raise InvalidKeyError(f"malformed cache key {key!r}")

@@ -41,6 +41,7 @@ from xlacache.stores.files import (
     EntryFiles,
     check_key,
     info_from_header,
+    verify_file,
 )
 from xlacache.stores.index import Index, Limits, move_aside
 
@@ -269,8 +270,7 @@ class LocalStore(Store):
             try:
                 if not is_valid_key(key) or path != self.entry_path(key):
                     raise CorruptEntryError(f"stray file {path}")
-                blob = path.read_bytes()
-                found.append(info_from_header(entry.verify(blob, key), len(blob)))
+                found.append(info_from_header(*verify_file(path, key)))
             except (CorruptEntryError, OSError):
                 report.corrupt.append(key)
                 bad.append(path)
@@ -396,6 +396,15 @@ class LocalStore(Store):
             return None
         entry.verify(blob, key)
         return blob
+
+    def check(self, key: str) -> entry.Header | None:
+        """The entry's header once its file passed every check a read makes, streamed
+        (memory holds one chunk, never the entry); None if absent, CorruptEntryError if
+        it fails. Records no hit and removes nothing."""
+        try:
+            return verify_file(self.entry_path(key), key)[0]
+        except FileNotFoundError:
+            return None
 
     def read_header(self, key: str) -> entry.Header | None:
         """The entry's header, read from the front of its file (never touches the index)."""
