@@ -13,7 +13,7 @@ import pytest
 from srvutil import make_entry, start_server
 
 from xlacache import entry
-from xlacache.errors import CorruptEntryError
+from xlacache.errors import ConfigError, CorruptEntryError
 from xlacache.protocol import wire
 from xlacache.server import diskio
 from xlacache.server.config import load_config
@@ -137,6 +137,28 @@ def test_fsync_off_stores_the_same_without_fsync(tmp_path, monkeypatch):
     assert len(calls) == 2  # the file and its directory
 
 
+def test_background_fsync_syncs_after_the_write_returns(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
+    store = LocalStore(tmp_path / "s", fsync="background")
+    store.files._background.interval = 3600.0  # no batch before close: deterministic
+    keys = []
+    for n in range(3):
+        key, blob = make_entry(f"bg-{n}", 5000)
+        store.put(key, blob)
+        keys.append(key)
+        assert store.get(key) == blob  # readable at once, before any fsync
+    assert synced == []
+    store.close()  # syncs what is pending: each entry, then each directory once
+    paths = [str(store.entry_path(k)) for k in keys]
+    dirs = list(dict.fromkeys(str(store.entry_path(k).parent) for k in keys))
+    assert synced == paths + dirs
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    with LocalStore(tmp_path / "s", fsync="background") as again:
+        assert again.verify().corrupt == [] and again.summary().entries == 3
+
+
 def test_stale_temp_files_are_removed_at_startup(tmp_path):
     store = LocalStore(tmp_path / "s")
     old, fresh = store.tmp_dir / "old.tmp", store.tmp_dir / "fresh.tmp"
@@ -152,14 +174,20 @@ def test_stale_temp_files_are_removed_at_startup(tmp_path):
 
 
 def test_settings_for_fsync_and_direct_io():
-    assert load_config({"store": "/s"}, env={}).fsync
+    assert load_config({"store": "/s"}, env={}).fsync == "background"
     assert not load_config({"store": "/s"}, env={}).direct_io
     c = load_config({"store": "/s"}, env={"XLACACHE_SERVE_FSYNC": "0"})
-    assert not c.fsync and not c.direct_io
+    assert c.fsync == "off" and not c.direct_io
+    assert load_config({"store": "/s"}, env={"XLACACHE_SERVE_FSYNC": "true"}).fsync == "always"
+    assert load_config({"store": "/s", "fsync": "Always"}, env={}).fsync == "always"
+    with pytest.raises(ConfigError):
+        load_config({"store": "/s", "fsync": "sometimes"}, env={})
     assert load_config({"store": "/s", "direct_io": "yes"}, env={}).direct_io
 
 
-@pytest.mark.parametrize("flags", [[], ["--no-fsync"], ["--direct-io"]])
+@pytest.mark.parametrize(
+    "flags", [[], ["--no-fsync"], ["--fsync", "always"], ["--fsync", "off", "--direct-io"]]
+)
 def test_round_trip_with_each_write_mode(tmp_path, flags):
     srv = start_server(tmp_path, *flags)
     try:
@@ -170,7 +198,7 @@ def test_round_trip_with_each_write_mode(tmp_path, flags):
             assert store.get(key) == blob
         local = LocalStore(srv.store, readonly=True)
         assert local.verify().corrupt == [] and list(local.tmp_dir.iterdir()) == []
-        if "--no-fsync" in flags:
+        if "--no-fsync" in flags or "off" in flags:
             assert "fsync off" in srv.log_text()
     finally:
         srv.stop()

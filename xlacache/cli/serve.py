@@ -96,12 +96,16 @@ def serve_command(
         ),
     ] = None,
     fsync: Annotated[
-        bool | None,
+        str | None,
         typer.Option(
-            "--fsync/--no-fsync",
-            help="fsync each entry and its directory before acknowledging it (default on). "
-            "Off, a power loss may lose recent entries; reads still verify every entry.",
+            "--fsync",
+            help="When stored entries reach the disk: 'always' (fsync before acknowledging), "
+            "'background' (default: acknowledged once in place, fsynced within a second) or "
+            "'off'. Reads verify every entry: a crash costs recent entries, never bad data.",
         ),
+    ] = None,
+    no_fsync: Annotated[
+        bool | None, typer.Option("--no-fsync", hidden=True, help="Same as --fsync off.")
     ] = None,
     direct_io: Annotated[
         bool | None,
@@ -128,6 +132,9 @@ def serve_command(
     """
     given = dict(locals())
     from xlacache.server.config import load_config
+
+    if given.pop("no_fsync"):
+        given["fsync"] = "off"
 
     config_file = given.pop("config")
     try:

@@ -13,6 +13,7 @@ from grpc_reflection.v1alpha import reflection
 
 from xlacache._version import __version__
 from xlacache.protocol import SERVICE_NAME
+from xlacache.server import diskio
 from xlacache.server.auth import TokenTable
 from xlacache.server.config import ServerConfig, is_loopback, split_host_port
 from xlacache.server.limits import IdleMonitor, Watchdog
@@ -166,6 +167,7 @@ class CacheServer:
                 log.warning("index drift: %d rows added or dropped to match the entries", drift)
 
     def start(self) -> None:
+        diskio.reuse_freed_memory()
         self.grpc_server.start()
         if self.http:
             self.http.start()
@@ -178,8 +180,8 @@ class CacheServer:
             "xlacache serve %s: listening on %s (TLS %s), store %s, auth %s",
             __version__, self.address, self.tls_mode(), self.store.root, self.auth_mode(),
         )  # fmt: skip
-        if not self.config.fsync:
-            log.warning("fsync off (--no-fsync): a power loss may lose recently stored entries")
+        if self.config.fsync == "off":
+            log.warning("fsync off: a power loss may lose recently stored entries")
         if self.tokens.open:
             log.warning(
                 "serving WITHOUT authentication%s",

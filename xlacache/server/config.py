@@ -20,6 +20,7 @@ from xlacache.config import SERVE_PREFIX, parse_bool, serve_env
 from xlacache.entry import MAX_ENTRY_SIZE
 from xlacache.errors import ConfigError
 from xlacache.protocol import DEFAULT_PORT
+from xlacache.stores.durability import fsync_mode
 from xlacache.units import parse_duration, parse_size
 
 ENV_PREFIX = SERVE_PREFIX  # XLACACHE_SERVE_<SETTING> for every setting
@@ -47,7 +48,7 @@ class ServerConfig:
     shutdown_grace: float = 30.0  # seconds in-flight RPCs get after SIGTERM
     reconcile_interval: float = 600.0  # seconds between index/entry-file reconciles (0: off)
     chunk_size: int = 1024 * 1024
-    fsync: bool = True  # fsync entries and their directory (off: a power loss may lose some)
+    fsync: str = "background"  # always | background | off: see xlacache/stores/durability.py
     direct_io: bool = False  # write uploads with O_DIRECT (not cached for readers)
     log_level: str = "INFO"
 
@@ -94,10 +95,11 @@ _CONVERTERS: dict[str, Any] = {
     "reconcile_interval": parse_duration,
     "workers": int,
     "max_streams": int,
+    "fsync": fsync_mode,
 }
 
 
-_BOOLEANS = {"allow_open", "fsync", "direct_io"}
+_BOOLEANS = {"allow_open", "direct_io"}
 
 
 def _convert(name: str, value: Any) -> Any:

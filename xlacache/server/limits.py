@@ -159,17 +159,22 @@ class IdleMonitor:
     def stop(self) -> None:
         self._stopped.set()
 
+    def sweep(self) -> int:
+        """Cancel the watched calls idle past the timeout; how many."""
+        limit = time.monotonic() - self.timeout
+        with self._lock:
+            idle = [p for p in self._watched if p.last < limit]
+            self._watched.difference_update(idle)
+        for progress in idle:
+            if self._on_idle:
+                self._on_idle()
+            with contextlib.suppress(Exception):  # the call may be over already
+                progress.cancel()
+        return len(idle)
+
     def _run(self) -> None:
         while not self._stopped.wait(min(1.0, self.timeout / 4)):
-            limit = time.monotonic() - self.timeout
-            with self._lock:
-                idle = [p for p in self._watched if p.last < limit]
-                self._watched.difference_update(idle)
-            for progress in idle:
-                if self._on_idle:
-                    self._on_idle()
-                with contextlib.suppress(Exception):  # the call may be over already
-                    progress.cancel()
+            self.sweep()
 
 
 class Progress:
@@ -201,12 +206,19 @@ class Watchdog:
         ticket = next(self._ids)
         with self._cond:
             heapq.heappush(self._heap, (time.monotonic() + seconds, ticket, fn))
-            self._cond.notify()
+            if self._heap[0][1] == ticket:  # the new first deadline: the thread must know
+                self._cond.notify()
         return ticket
 
     def cancel(self, ticket: int) -> None:
         with self._cond:
             self._cancelled.add(ticket)
+            if len(self._cancelled) > 64 and 2 * len(self._cancelled) > len(self._heap):
+                # Most of the heap is cancelled: drop those now (O(n), amortized over the
+                # cancels), not when each deadline comes (minutes later).
+                self._heap = [e for e in self._heap if e[1] not in self._cancelled]
+                heapq.heapify(self._heap)
+                self._cancelled.clear()
 
     def stop(self) -> None:
         with self._cond:

@@ -13,6 +13,7 @@ of this host that has exited is abandoned at once, any other after an hour.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -25,6 +26,7 @@ from pathlib import Path
 from xlacache import entry
 from xlacache.errors import CorruptEntryError, InvalidKeyError, NotACacheError
 from xlacache.key import is_valid_key
+from xlacache.stores import durability
 from xlacache.stores.base import EntryInfo
 
 MARKER = "XLACACHE"
@@ -67,11 +69,13 @@ def check_key(key: str) -> str:
 
 
 class EntryFiles:
-    """A store directory's files: paths, listing, temp files, atomic installs."""
+    """A store directory's files: paths, listing, temp files, atomic installs (synced as
+    `fsync` says: `stores.durability`)."""
 
-    def __init__(self, root: Path, fsync: bool = True) -> None:
+    def __init__(self, root: Path, fsync: bool | str = True) -> None:
         self.root = root
-        self.fsync = fsync
+        self.fsync = durability.fsync_mode(fsync)
+        self._background = durability.BackgroundSync()
         self.entries_dir = root / "entries"
         self.tmp_dir = root / "tmp"
 
@@ -99,16 +103,28 @@ class EntryFiles:
         writer = f"{_HOST}-{os.getpid()}"
         return self.tmp_dir / f"{key}.{writer}.{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}"
 
+    @property
+    def sync_before_install(self) -> bool:
+        """Whether writers fsync a temp file before `install` renames it."""
+        return self.fsync == durability.ALWAYS
+
     def install(self, key: str, tmp: Path) -> None:
-        """Rename a written (and, with fsync on, synced) temp file into place."""
+        """Rename a written temp file into place (synced before, with fsync=always), then
+        sync its directory now (always) or soon (background)."""
         final = self.entry_path(key)
         try:
             os.replace(tmp, final)
         except FileNotFoundError:  # the shard's first entry (or tmp vanished: raise)
             final.parent.mkdir(exist_ok=True)
             os.replace(tmp, final)
-        if self.fsync:
+        if self.fsync == durability.ALWAYS:
             _fsync_dir(final.parent)
+        elif self.fsync == durability.BACKGROUND:
+            self._background.add(final)
+
+    def close(self) -> None:
+        """Sync what background sync still holds (the store is closing)."""
+        self._background.close()
 
     # -- listing -----------------------------------------------------------------------
 
@@ -201,13 +217,5 @@ def _writer_is_gone(name: str) -> bool:
 
 
 def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    with contextlib.suppress(OSError):  # some file systems refuse to sync a directory
+        durability.fsync_path(path)

@@ -1,11 +1,12 @@
 """A cache directory on a local or shared file system: entry files (`stores.files`
 has the layout) and a derived SQLite index beside them (`stores.index`).
 
-Writes go to tmp/, are fsynced, then renamed into place: a reader sees a whole entry
-or none, also when the writer is killed. Many processes may share a directory; the
-same key written twice just replaces an identical entry. No lock is held across a
-compile, and none at all on the read path: a hit reads and verifies the entry file and
-counts the hit in memory (`stores.index` writes it later, in the background).
+Writes go to tmp/, are fsynced (as `fsync` says: `stores.durability`), then renamed
+into place: a reader sees a whole entry or none, also when the writer is killed. Many
+processes may share a directory; the same key written twice just replaces an identical
+entry. No lock is held across a compile, and none at all on the read path: a hit reads
+and verifies the entry file and counts the hit in memory (`stores.index` writes it
+later, in the background).
 
 The index is reconciled with the entry files when a writable store opens (and by
 `reconcile`, which the server runs periodically): entry files without a row (a crash
@@ -58,18 +59,19 @@ class LocalStore(Store):
         create: bool = True,
         max_size: int | None = None,
         max_age: float | None = None,
-        fsync: bool = True,
+        fsync: bool | str = True,
     ) -> None:
         self.root = Path(path).expanduser().absolute()
         self.url = str(self.root)
         self.readonly = readonly
         self.max_size = max_size
         self.max_age = max_age
-        # fsync each entry and its directory before it counts as stored. Off, a power
-        # loss (never a killed process) may lose recent entries or leave torn files,
-        # which reads detect (header and body SHA-256) and remove: a miss, not bad data.
-        self.fsync = fsync
+        # When entries reach the disk (`stores.durability`): "always" (True, the
+        # default here), "background" (the server's) or "off" (False). Short of always,
+        # a power loss (never a killed process) may lose recent entries or leave torn
+        # files, which reads detect (header and body SHA-256) and remove: a miss.
         self.files = EntryFiles(self.root, fsync)
+        self.fsync = self.files.fsync
         self.entries_dir = self.files.entries_dir
         self.tmp_dir = self.files.tmp_dir
         self.index_path = self.root / "index.sqlite"
@@ -140,7 +142,7 @@ class LocalStore(Store):
                     size += len(chunk)
                 header = finish()
                 f.flush()
-                if self.fsync:
+                if self.files.sync_before_install:
                     os.fsync(f.fileno())
             self.files.install(key, tmp)
         finally:
@@ -189,7 +191,7 @@ class LocalStore(Store):
                     found < entry.PRELUDE_SIZE + header.body_size
                 ):
                     raise CorruptEntryError(f"{tmp}: {found} bytes, not the entry's length")
-                if self.fsync:
+                if self.files.sync_before_install:
                     os.fsync(f.fileno())
             self.files.install(key, tmp)
         finally:
@@ -288,6 +290,7 @@ class LocalStore(Store):
         index, self._index = self._index, None
         if index is not None:
             index.close()
+        self.files.close()
 
     # -- index upkeep ------------------------------------------------------------------
 
