@@ -43,6 +43,10 @@ from xlacache import entry  # noqa: E402
 from xlacache.stores.remote import GrpcStore  # noqa: E402
 
 MiB = 1024 * 1024
+# Seconds a client waits to connect and for a first reply (GrpcStore's default is 5 s:
+# on a shared, overloaded machine 32 fresh connections may take longer; Redis's clients
+# get socket_timeout=600).
+CONNECT_TIMEOUT = 60.0
 
 
 @dataclass
@@ -179,13 +183,13 @@ def ops_for(size: int, clients: int, budget_mib: int) -> int:
 def bench_xlacache(port, size, clients, budget_mib, results) -> None:
     ops = ops_for(size, clients, budget_mib)
     url = f"grpc://127.0.0.1:{port}"
-    admin = GrpcStore(url)
+    admin = GrpcStore(url, timeout=CONNECT_TIMEOUT)
     pool = make_entries(size, ops, f"x{clients}")
     for key, _ in pool:
         admin.delete(key)
 
     def put_op(index):
-        store = GrpcStore(url, transfer_timeout=600, min_rate=MiB)
+        store = GrpcStore(url, timeout=CONNECT_TIMEOUT, transfer_timeout=600, min_rate=MiB)
         return lambda i: store.put(*pool[i])
 
     seconds, lat, errors = run_clients(clients, ops, put_op)
@@ -193,7 +197,7 @@ def bench_xlacache(port, size, clients, budget_mib, results) -> None:
     print_row(results[-1])
 
     def get_op(index):
-        store = GrpcStore(url, transfer_timeout=600, min_rate=MiB)
+        store = GrpcStore(url, timeout=CONNECT_TIMEOUT, transfer_timeout=600, min_rate=MiB)
 
         def op(i):
             if store.get(pool[i % len(pool)][0]) is None:

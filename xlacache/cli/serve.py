@@ -100,8 +100,9 @@ def serve_command(
         typer.Option(
             "--fsync",
             help="When stored entries reach the disk: 'always' (fsync before acknowledging), "
-            "'background' (default: acknowledged once in place, fsynced within a second) or "
-            "'off'. Reads verify every entry: a crash costs recent entries, never bad data.",
+            "'background' (fsynced within a second) or 'off' (default: the kernel writes "
+            "back within ~30 s; a graceful stop syncs). Reads verify every entry: a machine "
+            "crash costs recent entries, never bad data.",
         ),
     ] = None,
     no_fsync: Annotated[

@@ -48,7 +48,7 @@ class ServerConfig:
     shutdown_grace: float = 30.0  # seconds in-flight RPCs get after SIGTERM
     reconcile_interval: float = 600.0  # seconds between index/entry-file reconciles (0: off)
     chunk_size: int = 1024 * 1024
-    fsync: str = "background"  # always | background | off: see xlacache/stores/durability.py
+    fsync: str = "off"  # always | background | off: see xlacache/stores/durability.py
     direct_io: bool = False  # write uploads with O_DIRECT (not cached for readers)
     log_level: str = "INFO"
 

@@ -75,7 +75,7 @@ class EntryFiles:
     def __init__(self, root: Path, fsync: bool | str = True) -> None:
         self.root = root
         self.fsync = durability.fsync_mode(fsync)
-        self._background = durability.BackgroundSync()
+        self._syncer = durability.Syncer(self.fsync)
         self.entries_dir = root / "entries"
         self.tmp_dir = root / "tmp"
 
@@ -110,7 +110,7 @@ class EntryFiles:
 
     def install(self, key: str, tmp: Path) -> None:
         """Rename a written temp file into place (synced before, with fsync=always), then
-        sync its directory now (always) or soon (background)."""
+        sync its directory now (always), soon (background) or on `sync()` (off)."""
         final = self.entry_path(key)
         try:
             os.replace(tmp, final)
@@ -119,12 +119,16 @@ class EntryFiles:
             os.replace(tmp, final)
         if self.fsync == durability.ALWAYS:
             _fsync_dir(final.parent)
-        elif self.fsync == durability.BACKGROUND:
-            self._background.add(final)
+        else:
+            self._syncer.add(final)
+
+    def sync(self) -> int:
+        """fsync the entries not yet synced (background) or recently written (off)."""
+        return self._syncer.flush()
 
     def close(self) -> None:
-        """Sync what background sync still holds (the store is closing)."""
-        self._background.close()
+        """Stop background syncing, after syncing what it still holds."""
+        self._syncer.close()
 
     # -- listing -----------------------------------------------------------------------
 

@@ -67,9 +67,9 @@ class LocalStore(Store):
         self.max_size = max_size
         self.max_age = max_age
         # When entries reach the disk (`stores.durability`): "always" (True, the
-        # default here), "background" (the server's) or "off" (False). Short of always,
-        # a power loss (never a killed process) may lose recent entries or leave torn
-        # files, which reads detect (header and body SHA-256) and remove: a miss.
+        # default here), "background", or "off" (False; the server's default). Short of
+        # always, a machine crash (never a killed process) may lose recent entries or
+        # leave torn files, which reads detect (header and body SHA-256) and remove.
         self.files = EntryFiles(self.root, fsync)
         self.fsync = self.files.fsync
         self.entries_dir = self.files.entries_dir
@@ -285,6 +285,11 @@ class LocalStore(Store):
             self._resync_index(found)
             report.repaired = True
         return report
+
+    def sync(self) -> int:
+        """fsync entries written but not yet synced (see `stores.durability`: with fsync
+        off, those of the last minute); how many. A no-op with fsync always."""
+        return 0 if self.readonly else self.files.sync()
 
     def close(self) -> None:
         index, self._index = self._index, None
