@@ -9,10 +9,13 @@ connection. A PUT writes a distinct key; a GET reads one of the stored keys. Pri
 throughput (GiB/s of entry bytes), p50 and p99 latency per operation, and writes JSON.
 
 The two do not promise the same thing. xlacache runs with its default settings: every
-PUT is verified (SHA-256), written to a temp file, fsynced, renamed into place and its
-directory fsynced before it is acknowledged. Redis runs in memory with no persistence
-at all (`--save "" --appendonly no`) unless --redis-aof asks for an append-only file
-fsynced on every write (`--appendonly yes --appendfsync always`).
+PUT is verified (SHA-256 of the body against the declared digest, header checks),
+written to a temp file, renamed into place and indexed before it is acknowledged; with
+the default `--fsync off` the kernel writes it to disk within ~30 s (pass
+`--server-arg=--fsync=always` to fsync every PUT first). Every GET is verified by the
+client. Redis runs in memory with no persistence at all (`--save "" --appendonly no`)
+unless --redis-aof asks for an append-only file fsynced on every write
+(`--appendonly yes --appendfsync always`).
 """
 
 from __future__ import annotations
@@ -289,6 +292,8 @@ def main() -> int:
             if "xlacache" in backends:
                 proc, xla_port = start_xlacache(tmp, args.server_arg)
                 procs.append(proc)
+            load_before = os.getloadavg()
+            print(f"load average (1/5/15 min) at start: {load_before} on {os.cpu_count()} CPUs")
             print(f"xlacache serve flags: {' '.join(args.server_arg) or '(defaults)'}")
             print(f"redis-server persistence: {shlex.join(redis_persistence(args.redis_aof))}")
             print(HEADER)
@@ -305,7 +310,11 @@ def main() -> int:
                     proc.wait(60)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+    load_after = os.getloadavg()
+    print(f"load average (1/5/15 min) at end: {load_after}")
     meta = {
+        "load_before": load_before,
+        "load_after": load_after,
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "time": time.time(),

@@ -57,7 +57,7 @@ def fsync_mode(value: bool | str) -> str:
         return ALWAYS
     if text in _FALSE:
         return OFF
-    raise ConfigError(f"fsync must be always, background or off, not {value!r}")
+    raise ConfigError(f"expected always, background or off, not {value!r}")
 
 
 def fsync_path(path: Path) -> None:
