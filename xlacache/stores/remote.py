@@ -93,8 +93,11 @@ class GrpcStore(Store):
             ("grpc.max_receive_message_length", MESSAGE_LIMIT),
             ("grpc.max_send_message_length", MESSAGE_LIMIT),
             ("grpc.enable_retries", 0),
+            # Quick reconnects after a server restart. (Not grpc.min_reconnect_backoff_ms:
+            # gRPC core also takes it as the time a connection attempt gets for the
+            # server's HTTP/2 SETTINGS, 20 s by default; at 500 ms a busy server's
+            # connections failed. Every call has its own deadline anyway.)
             ("grpc.initial_reconnect_backoff_ms", 500),
-            ("grpc.min_reconnect_backoff_ms", 500),
             ("grpc.max_reconnect_backoff_ms", 5000),
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.keepalive_timeout_ms", 10_000),
