@@ -30,7 +30,7 @@ from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, plac
 from .identity import graph_key
 from .lowering import LOWERINGS, jax_dtype, lower_random
 from .record import value
-from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors
+from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors, restore_gc
 from .transfer import to_host
 
 
@@ -214,6 +214,7 @@ def _fix(r: Any, aval: Any, name: str) -> Any:
 def materialize(tensors: list[LazyTensor]) -> None:
     """Run the graph needed by ``tensors`` only (``.item()``, ``.cpu()``, ``print``)."""
     _run(tensors, donate=False)
+    restore_gc()
 
 
 def to_cpu(t: LazyTensor) -> torch.Tensor:
@@ -229,6 +230,7 @@ def sync(wait: bool = False) -> None:
         metrics.counter_inc("MarkStep")
         _run(live_tensors(), donate=True)
         rng.new_epoch()
+        restore_gc()
     if wait:
         wait_device_ops()
 

@@ -66,6 +66,7 @@ class Node:
         func: Any = None,
         data: Any = None,
         prefix: bytes | None = None,
+        digest: bytes | None = None,
     ) -> None:
         self.op = op
         self.func = func
@@ -73,9 +74,11 @@ class Node:
         self.attrs = attrs
         self.avals = avals
         self.data = data
-        if prefix is None:
-            prefix = node_prefix(op_code(op), encode(attrs), avals_code(avals))
-        self.digest = node_digest(prefix, inputs)
+        if digest is None:
+            if prefix is None:
+                prefix = node_prefix(op_code(op), encode(attrs), avals_code(avals))
+            digest = node_digest(prefix, inputs)
+        self.digest = digest
 
     @property
     def is_leaf(self) -> bool:
@@ -92,14 +95,15 @@ LEAF_OPS = frozenset((DATA, SCALAR, RNG))
 RANDOM = (
     "random"  # a random draw (``random_ops.random_tensor``): inputs are the RNG leaf and tensors
 )
-_LEAF_PREFIX: dict[tuple, bytes] = {}
+_LEAF_DIGEST: dict[tuple, bytes] = {}  # a leaf's digest depends on its kind and avals only
 
 
 def _leaf(op: str, avals: tuple, data: Any) -> Node:
-    p = _LEAF_PREFIX.get((op, avals))
-    if p is None:
-        p = _LEAF_PREFIX[(op, avals)] = node_prefix(op_code(op), "N", avals_code(avals))
-    return Node(op, (), None, avals, data=data, prefix=p)
+    d = _LEAF_DIGEST.get((op, avals))
+    if d is None:
+        d = node_digest(node_prefix(op_code(op), "N", avals_code(avals)), ())
+        _LEAF_DIGEST[(op, avals)] = d
+    return Node(op, (), None, avals, data=data, digest=d)
 
 
 def data_node(array: Any, dtype: torch.dtype) -> Node:
@@ -107,8 +111,11 @@ def data_node(array: Any, dtype: torch.dtype) -> Node:
     return _leaf(DATA, ((tuple(array.shape), dtype),), array)
 
 
+_SCALAR_AVALS = (((), torch.float32),)
+
+
 def scalar_node(value: float) -> Node:
-    return _leaf(SCALAR, (((), torch.float32),), float(value))
+    return _leaf(SCALAR, _SCALAR_AVALS, float(value))
 
 
 def rng_node(key: Any) -> Node:
