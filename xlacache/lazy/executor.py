@@ -24,10 +24,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax import lax
+
+from xlacache import executables
 
 from . import metrics, rng
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
-from .identity import graph_key
+from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, jax_dtype, lower_random
 from .record import value
 from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors, restore_gc
@@ -196,8 +199,8 @@ def _fix(r: Any, aval: Any, name: str) -> Any:
     jdt = _NP_DTYPES.get(dtype)
     if jdt is None:
         jdt = _NP_DTYPES[dtype] = np.dtype(jax_dtype(dtype))
-    if r.dtype != jdt:
-        r = r.astype(jdt)
+    if r.dtype != jdt or r.weak_type:  # strong types only: what the next graph sees is exact
+        r = lax.convert_element_type(r, jdt)
     if r.shape != shape:
         if r.size == int(np.prod(shape)):
             r = r.reshape(shape)
@@ -294,7 +297,7 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
         sc = np.asarray(scalars, dtype=np.float32)
         exe = EXECUTABLES.get(key)
         if exe is None:
-            exe = _compile(order, pos, outs, arrays, sc, donated)
+            exe = _compile(key, order, pos, outs, arrays, sc, donated)
             EXECUTABLES.put(key, exe)
         else:
             metrics.counter_inc("CachedCompile")
@@ -311,6 +314,7 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
 
 
 def _compile(
+    key: bytes,
     order: list[Node],
     pos: dict[int, int],
     outs: list[tuple[Node, int]],
@@ -318,6 +322,22 @@ def _compile(
     scalars: np.ndarray,
     donated: tuple[int, ...],
 ) -> Executable:
+    n_ops = sum(1 for n in order if n.op not in (DATA, RNG, SCALAR))
+    metrics.metric_add("GraphOps", n_ops)
+    out_dtypes = tuple(n.avals[k][1] for n, k in outs)
+    # With a persistent cache, the graph key (exact, the same in every process) names the
+    # program: an alias entry maps it to the executable's key, so a warm process loads the
+    # executable without lowering the graph (``xlacache.executables``).
+    signature = _signature(arrays, scalars, outs, donated)
+    alias = executables.alias_key(key, lowering_fingerprint())
+    if alias is not None:
+        t0 = time.perf_counter_ns()
+        program = executables.load(alias, signature)
+        if program is not None:
+            metrics.metric_add("CompileTime", time.perf_counter_ns() - t0)
+            metrics.counter_inc("PersistentCacheHit")
+            metrics.counter_inc("PersistentCacheAliasHit")
+            return Executable(program, n_ops, out_dtypes)
     # tracing a graph of thousands of nodes allocates hundreds of thousands of short-lived jax
     # objects; with the collector on, they trigger full collections (a fifth of the lowering
     # time). They are freed by reference counting; any cycles are collected after.
@@ -326,14 +346,16 @@ def _compile(
     try:
         t0 = time.perf_counter_ns()
         fn = _build(order, pos, outs)
-        jitted = jax.jit(fn, donate_argnums=donated)
+        # keep_unused: every graph input is a parameter, as the signature says
+        jitted = jax.jit(fn, donate_argnums=donated, keep_unused=True)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
             lowered = jitted.lower(*arrays, scalars)
             t1 = time.perf_counter_ns()
             metrics.metric_add("LoweringTime", t1 - t0)
             before = _cache_stats()
-            compiled = lowered.compile()
+            with executables.capture() as compiled_here:
+                compiled = lowered.compile()
         metrics.metric_add("CompileTime", time.perf_counter_ns() - t1)
     finally:
         if gc_was_on:
@@ -349,9 +371,22 @@ def _compile(
         if miss:
             metrics.counter_inc("PersistentCacheMiss", miss)
         metrics.counter_inc("UncachedCompile")
-    n_ops = sum(1 for n in order if n.op not in (DATA, RNG, SCALAR))
-    metrics.metric_add("GraphOps", n_ops)
-    return Executable(compiled, n_ops, tuple(n.avals[k][1] for n, k in outs))
+    if alias is not None:
+        executables.store(alias, compiled_here, signature)
+    return Executable(compiled, n_ops, out_dtypes)
+
+
+def _signature(
+    arrays: list[Any], scalars: np.ndarray, outs: list[tuple[Node, int]], donated: tuple
+) -> dict[str, list]:
+    """What the graph's executable takes and returns (checked when it is loaded by alias)."""
+    inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in arrays]
+    inputs.append([[len(scalars)], "float32"])
+    outputs = []
+    for n, k in outs:
+        shape, dtype = n.avals[k]
+        outputs.append([list(shape), np.dtype(jax_dtype(dtype)).name])
+    return {"inputs": inputs, "outputs": outputs, "donated": list(donated)}
 
 
 def clear_compiled_cache() -> None:
