@@ -133,8 +133,9 @@ def _fill(t: Any, ins: list[Any]) -> Any:
     return t
 
 
-def _build(order: list[Node], pos: dict[int, int], outs: list[tuple[Node, int]]) -> Callable:
-    """A JAX function ``f(*arrays, scalars)`` computing ``outs`` from the graph's leaves."""
+def _build(order: list[Node], outs: list[tuple[Node, int]]) -> Callable:
+    """A JAX function ``f(*arrays, scalars)`` computing ``outs`` from the graph's leaves
+    (``order`` from ``toposort``, whose positions the nodes hold)."""
     leaf_arg: dict[int, tuple[str, int]] = {}
     steps: list[tuple[int, _Step | None]] = []
     n_arr = n_sc = 0
@@ -146,7 +147,7 @@ def _build(order: list[Node], pos: dict[int, int], outs: list[tuple[Node, int]])
             leaf_arg[i] = ("s", n_sc)
             n_sc += 1
         else:
-            ins = tuple((pos[id(m)], k) for m, k in n.inputs)
+            ins = tuple((m.pos, k) for m, k in n.inputs)
             if n.op == RANDOM:
                 kind, idx, shape, dtype, params = n.attrs
                 fn = _random_lowering(kind, idx, shape, dtype, params)
@@ -155,7 +156,7 @@ def _build(order: list[Node], pos: dict[int, int], outs: list[tuple[Node, int]])
                 continue
             targs, tkw = n.attrs
             steps.append((i, _Step(LOWERINGS[n.func], targs, dict(tkw), ins, n.avals, str(n.func))))
-    out_pos = [(pos[id(n)], k) for n, k in outs]
+    out_pos = [(n.pos, k) for n, k in outs]
 
     def fn(*args: Any) -> list[Any]:
         arrays, scalars = args[:-1], args[-1]
@@ -259,24 +260,25 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
         if not outs:
             return
         everyone = live_tensors()
-        order = toposort(outs)
-        pos = {id(n): i for i, n in enumerate(order)}
+        order = toposort(outs)  # sets each node's ``pos``
         arrays: list[Any] = []
         scalars: list[float] = []
         leaf_nodes: list[Node] = []
-        digests: list[bytes] = []
+        digests: list[bytes] = [n.digest for n in order]
         wiring: list[int] = []  # per node: number of inputs, then (position, output) pairs
+        add = wiring.append
         for n in order:
-            if n.op in (DATA, RNG):
+            ins = n.inputs
+            add(len(ins))
+            if ins:
+                for m, k in ins:
+                    add(m.pos)
+                    add(k)
+            elif n.op is DATA or n.op is RNG:
                 arrays.append(n.data)
                 leaf_nodes.append(n)
-            elif n.op == SCALAR:
+            elif n.op is SCALAR:
                 scalars.append(n.data)
-            digests.append(n.digest)
-            wiring.append(len(n.inputs))
-            for m, k in n.inputs:
-                wiring.append(pos[id(m)])
-                wiring.append(k)
         donated: tuple[int, ...] = ()
         if donate:
             held = {id(t._v[0].data) for t in everyone if t._v[0].op == DATA}
@@ -288,7 +290,7 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
             )
         wiring.append(len(outs))
         for n, k in outs:
-            wiring.append(pos[id(n)])
+            wiring.append(n.pos)
             wiring.append(k)
         wiring.append(len(donated))
         wiring.extend(donated)
@@ -297,7 +299,7 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
         sc = np.asarray(scalars, dtype=np.float32)
         exe = EXECUTABLES.get(key)
         if exe is None:
-            exe = _compile(key, order, pos, outs, arrays, sc, donated)
+            exe = _compile(key, order, outs, arrays, sc, donated)
             EXECUTABLES.put(key, exe)
         else:
             metrics.counter_inc("CachedCompile")
@@ -316,7 +318,6 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
 def _compile(
     key: bytes,
     order: list[Node],
-    pos: dict[int, int],
     outs: list[tuple[Node, int]],
     arrays: list[Any],
     scalars: np.ndarray,
@@ -345,7 +346,7 @@ def _compile(
     gc.disable()
     try:
         t0 = time.perf_counter_ns()
-        fn = _build(order, pos, outs)
+        fn = _build(order, outs)
         # keep_unused: every graph input is a parameter, as the signature says
         jitted = jax.jit(fn, donate_argnums=donated, keep_unused=True)
         with warnings.catch_warnings():

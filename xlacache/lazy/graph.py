@@ -8,6 +8,7 @@ graph identity is exact and costs nothing extra at the barrier.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -55,7 +56,7 @@ def avals_code(avals: tuple) -> str:
 class Node:
     """One IR node. ``inputs`` are ``(node, output_index)`` pairs; ``avals`` its outputs."""
 
-    __slots__ = ("op", "func", "inputs", "attrs", "avals", "digest", "data", "__weakref__")
+    __slots__ = ("op", "func", "inputs", "attrs", "avals", "digest", "data", "pos", "__weakref__")
 
     def __init__(
         self,
@@ -74,6 +75,7 @@ class Node:
         self.attrs = attrs
         self.avals = avals
         self.data = data
+        self.pos = -1  # scratch for toposort: its visit mark, then its place in the order
         if digest is None:
             if prefix is None:
                 prefix = node_prefix(op_code(op), encode(attrs), avals_code(avals))
@@ -122,21 +124,32 @@ def rng_node(key: Any) -> Node:
     return _leaf(RNG, (((2,), torch.int32),), key)
 
 
+_VISITS = itertools.count(-2, -1)  # visit marks of toposort, below any position
+
+
 def toposort(roots: list[tuple[Node, int]]) -> list[Node]:
-    """Post-order list of the distinct nodes reachable from ``roots``."""
+    """Post-order list of the distinct nodes reachable from ``roots``; each node's ``pos`` is
+    set to its place in the list (valid until the next toposort; callers hold the trace lock).
+    """
+    visit = next(_VISITS)
     order: list[Node] = []
-    seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(n, False) for n, _ in reversed(roots)]
+    push = order.append
+    stack: list[Any] = [n for n, _ in reversed(roots)]
+    pop = stack.pop
     while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
+        node = pop()
+        if node.__class__ is tuple:  # (node,): all its inputs are placed
+            node = node[0]
+            node.pos = len(order)
+            push(node)
             continue
-        if id(node) in seen:
+        p = node.pos
+        if p == visit or (0 <= p < len(order) and order[p] is node):  # seen in this sort
             continue
-        seen.add(id(node))
-        stack.append((node, True))
+        node.pos = visit
+        stack.append((node,))
         for inp, _ in reversed(node.inputs):
-            if id(inp) not in seen:
-                stack.append((inp, False))
+            p = inp.pos
+            if p != visit and not (0 <= p < len(order) and order[p] is inp):
+                stack.append(inp)
     return order
