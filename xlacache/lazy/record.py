@@ -153,11 +153,16 @@ class _Ctx:
 
     __slots__ = ("func", "inputs", "seen")
 
-    def __init__(self, func: Any) -> None:
+    def __init__(
+        self,
+        func: Any,
+        inputs: list[tuple[Node, int]] | None = None,
+        seen: dict[tuple[Node, int], int] | None = None,
+    ) -> None:
         self.func = func
-        self.inputs: list[tuple[Node, int]] = []
+        self.inputs: list[tuple[Node, int]] = [] if inputs is None else inputs
         # keyed by the (node, k) pair itself: nodes hash and compare by identity
-        self.seen: dict[tuple[Node, int], int] = {}
+        self.seen: dict[tuple[Node, int], int] = {} if seen is None else seen
 
     def add(self, v: tuple[Node, int]) -> Placeholder:
         i = self.seen.get(v)
@@ -226,9 +231,9 @@ def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True) -> Any:
     op = _OPS.get(id(func))
     if op is None or op.func is not func:
         op = _op(func)
-    ctx = _Ctx(func)
-    inputs = ctx.inputs
-    seen = ctx.seen
+    inputs: list[tuple[Node, int]] = []
+    seen: dict[tuple[Node, int], int] = {}
+    ctx = None  # for the other argument kinds: _convert
     spos = op.spos
     targs: list[Any] = []
     margs: list[Any] = []
@@ -260,11 +265,15 @@ def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True) -> Any:
             margs.append(a)
             codes.append(ph.code)
         else:
+            if ctx is None:
+                ctx = _Ctx(func, inputs, seen)
             t, m = _convert(a, ctx, i in spos)
             targs.append(t)
             margs.append(m)
             codes.append(encode(t))
     if kwargs:
+        if ctx is None:
+            ctx = _Ctx(func, inputs, seen)
         snames = op.snames
         tkw, mkw = {}, {}
         for k, a in kwargs.items():
@@ -283,7 +292,7 @@ def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True) -> Any:
     if hit is None or hit[0] is not func:
         hit = _META_CACHE[ck] = _infer(func, margs, mkw, akey)
     _, metas, avals, prefix, multi = hit
-    node = Node(func, tuple(inputs), attrs, avals, func=func, prefix=prefix)
+    node = Node(func, tuple(inputs), attrs, avals, func, None, prefix)
     if multi is None:
         out = LazyTensor(metas, (node, 0))
         if as_view and op.view and isinstance(args[0], LazyTensor):
