@@ -197,3 +197,33 @@ def test_unlowered_op_falls_back_and_is_counted():
         r = torch.lgamma(torch.full((2,), 3.0, device=dev))
     torch.testing.assert_close(r.cpu(), torch.lgamma(torch.full((2,), 3.0)))
     assert any(n.endswith("::lgamma") for n in metrics.counter_names())
+
+
+def test_collector_deferred_while_tracing_and_restored_at_barriers(monkeypatch):
+    import gc
+
+    from xlacache.lazy import tensor
+
+    xl.sync()
+    before = gc.get_threshold()
+    x = torch.ones(3, device=dev)
+    y = x * 2
+    if before[0] > 0:
+        assert gc.get_threshold()[0] >= 500_000  # tracing: the young generation waits
+    assert y.tolist() == [2.0, 2.0, 2.0]  # a barrier
+    assert gc.get_threshold() == before
+    z = x + 1
+    xl.sync()
+    assert gc.get_threshold() == before
+    gc.set_threshold(1000, 10, 10)  # the program's own setting, made while tracing, is kept
+    try:
+        w = z * 3
+        gc.set_threshold(1234, 5, 5)
+        xl.sync()
+        assert gc.get_threshold() == (1234, 5, 5)
+        monkeypatch.setattr(tensor, "_GC_DEFER", False)
+        w = w - 1
+        assert gc.get_threshold() == (1234, 5, 5)
+        assert w.tolist() == [5.0, 5.0, 5.0]
+    finally:
+        gc.set_threshold(*before)
