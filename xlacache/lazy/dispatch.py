@@ -57,10 +57,10 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             return cpu_fallback(func, args, kwargs)
     if kind is _SPECIAL:
         return r[2](args, kwargs)
-    if kind is _INPLACE:  # the functional op is lowered: record it, then assign
+    if kind is _INPLACE:  # the functional op is lowered: record it into the tensor
         f = r[2]
         try:
-            res = record(f, args, kwargs)
+            return record(f, args, kwargs, into=args[0])
         except UnencodableAttribute:
             res = cpu_fallback(f, args, kwargs)
         assign(args[0], res if isinstance(res, LazyTensor) else res[0])

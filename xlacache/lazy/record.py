@@ -217,12 +217,16 @@ def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
     )
 
 
-def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True) -> Any:
+def record(
+    func: Any, args: tuple, kwargs: dict, as_view: bool = True, into: LazyTensor | None = None
+) -> Any:
     """Record ``func`` as one IR node and return lazy tensors for its outputs.
 
     The output of a view op on a lazy tensor is tracked as a view of that tensor's storage
-    (``as_view=False``: a plain value). Raises ``identity.UnencodableAttribute`` for an
-    attribute that cannot be keyed exactly.
+    (``as_view=False``: a plain value). With ``into`` (an in-place op recorded as its
+    functional op), the (first) output becomes ``into``'s value instead (``assign``), and
+    ``into`` is returned. Raises ``identity.UnencodableAttribute`` for an attribute that
+    cannot be keyed exactly.
 
     This runs for every op a training step records: the common argument kinds (lazy tensors,
     ints) are handled inline, and the attribute encoding, built alongside, equals
@@ -293,6 +297,16 @@ def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True) -> Any:
         hit = _META_CACHE[ck] = _infer(func, margs, mkw, akey)
     _, metas, avals, prefix, multi = hit
     node = Node(func, tuple(inputs), attrs, avals, func, None, prefix)
+    if into is not None:
+        c = into._c
+        aval = avals[0]
+        if multi is None and c._root is None and aval[1] is into.dtype and into.shape == aval[0]:
+            c._v = (node, 0)  # the common case of ``assign``, without a tensor for the result
+            c._gen += 1
+        else:
+            first = metas if multi is None else metas[0]
+            assign(into, LazyTensor(first, (node, 0)))
+        return into
     if multi is None:
         out = LazyTensor(metas, (node, 0))
         if as_view and op.view and isinstance(args[0], LazyTensor):
