@@ -186,6 +186,11 @@ def test_device_generator_streams():
     assert g.device == dev and isinstance(g, torch.Generator)
     assert isinstance(torch.default_generator, torch.Generator)
     assert torch.Generator().device.type == "cpu" and torch.Generator("cpu").initial_seed() >= 0
+
+    class Seeded(torch.Generator):  # user subclasses keep working
+        pass
+
+    assert type(Seeded().manual_seed(3)) is Seeded and Seeded().device.type == "cpu"
     g.manual_seed(5)
     a = torch.randn(64, generator=g, device=dev)
     b = torch.randn(64, generator=g, device=dev)

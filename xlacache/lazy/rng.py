@@ -159,7 +159,10 @@ class Generator(_TorchGenerator, metaclass=_GeneratorMeta):
     def __new__(cls, device: Any = None) -> Any:  # type: ignore[misc]
         if device is not None and torch.device(device).type == "xla":
             return XlaGenerator(device)
-        return _TorchGenerator() if device is None else _TorchGenerator(device)
+        args = () if device is None else (device,)
+        if cls is not Generator:  # a user's subclass of torch.Generator
+            return _TorchGenerator.__new__(cls, *args)
+        return _TorchGenerator(*args)
 
 
 def hook_generator() -> None:
