@@ -47,7 +47,7 @@ class Cold:
         return self.runs[name]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # not module: a worker may run other modules' tests between
 def cold(tmp_path_factory: pytest.TempPathFactory) -> Cold:
     return Cold(tmp_path_factory.mktemp("hf-cache"))
 
