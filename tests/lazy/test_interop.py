@@ -3,10 +3,6 @@ autocast, draw from a device Generator, and turn the cache on from the environme
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 import warnings
 from pathlib import Path
@@ -18,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import xlacache.lazy as xl
+from tests.conftest import run_json, run_python
 from xlacache.lazy import metrics
 
 dev = xl.device()
@@ -114,13 +111,8 @@ def test_safetensors_and_torch_save_of_device_tensors(tmp_path):
 
 def test_torch_load_in_a_process_without_the_runtime(tmp_path):
     torch.save({"w": torch.arange(6.0).reshape(2, 3).to(dev)}, tmp_path / "w.pt")
-    code = "import torch; print(torch.load(%r, map_location='cpu')['w'].sum().item())"
-    out = subprocess.run(
-        [sys.executable, "-c", code % str(tmp_path / "w.pt")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    code = "import sys, torch; print(torch.load(sys.argv[1], map_location='cpu')['w'].sum().item())"
+    out = run_python(code, str(tmp_path / "w.pt"), timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "15.0"
 
@@ -239,16 +231,7 @@ _CHILD = textwrap.dedent(
 
 
 def _env_child(env: dict[str, str]) -> dict:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("XLACACHE_", "XLA_PERS"))}
-    out = subprocess.run(
-        [sys.executable, "-c", _CHILD],
-        env={**base, "PYTHONPATH": str(ROOT), **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json(_CHILD, env={"PYTHONPATH": str(ROOT), **env}, timeout=120)
 
 
 def _entries(path: Path) -> list[Path]:
