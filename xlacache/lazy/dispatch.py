@@ -25,6 +25,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from . import metrics
+from .autocast import CPU_AUTOCAST_OPS, warn_cpu_autocast
 from .executor import to_cpu
 from .identity import UnencodableAttribute
 from .lowering import LOWERINGS
@@ -102,6 +103,8 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
     if h is not None:
         return h(args, kwargs)
     if func in LOWERINGS:
+        if func in CPU_AUTOCAST_OPS:
+            warn_cpu_autocast()
         if func in _MAYBE_DYNAMIC and _dynamic_shape(func, args):
             return cpu_fallback(func, args, kwargs, warn=False)
         try:

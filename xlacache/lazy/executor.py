@@ -28,7 +28,7 @@ from jax import lax
 
 from xlacache import executables
 
-from . import metrics, rng
+from . import closures, metrics, rng
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, jax_dtype, lower_random
@@ -215,8 +215,24 @@ def _fix(r: Any, aval: Any, name: str) -> Any:
     return r
 
 
+_ALLOW_EXECUTION = [True]
+
+
+def set_allow_execution(allow: bool) -> bool:
+    """Allow (or, inside ``compile(full_graph=True)``, forbid) running graphs before the
+    barrier; returns the previous setting."""
+    prev = _ALLOW_EXECUTION[0]
+    _ALLOW_EXECUTION[0] = allow
+    return prev
+
+
 def materialize(tensors: list[LazyTensor]) -> None:
     """Run the graph needed by ``tensors`` only (``.item()``, ``.cpu()``, ``print``)."""
+    if not _ALLOW_EXECUTION[0]:
+        raise RuntimeError(
+            "xlacache.lazy: a graph had to run inside compile(full_graph=True) (.item(), .cpu(), "
+            "printing a tensor, data-dependent control flow, or an op that runs on CPU)"
+        )
     _run(tensors, donate=False)
     restore_gc()
 
@@ -235,6 +251,7 @@ def sync(wait: bool = False) -> None:
         _run(live_tensors(), donate=True)
         rng.new_epoch()
         restore_gc()
+    closures.run()
     if wait:
         wait_device_ops()
 

@@ -125,7 +125,25 @@ class LazyTensor(torch.Tensor):
         return repr(self)
 
     def __reduce_ex__(self, proto: int) -> Any:
-        return (_from_cpu, (self.detach().cpu(),))
+        # what torch does for torch_xla's tensors: the value goes to CPU and is rebuilt on the
+        # device by a function ``torch.load(weights_only=True)`` allows (``map_location`` works)
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (self.detach().cpu(), self.dtype, str(DEVICE), self.requires_grad),
+        )
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """A data-less storage that identifies the device storage this tensor views.
+
+        Lazy tensors hold no host memory; this storage has a unique fake address in a range no
+        process maps (never dereferenced: the tensor's ops never touch it) and the viewed
+        tensor's size, so aliasing checks (``safetensors``, ``save_pretrained``'s tied weights)
+        see tensors that share storage (a tensor, its ``detach()``, tied weights) as shared.
+        """
+        return storage_of(self._c)
+
+    def data_ptr(self) -> int:
+        return self.untyped_storage().data_ptr()  # storage_offset() is always 0
 
     def __deepcopy__(self, memo: dict) -> Any:
         out = _from_cpu(self.detach().cpu())
@@ -255,3 +273,19 @@ def set_shape(t: LazyTensor, shape: Any) -> None:
 
 def _from_cpu(t: torch.Tensor) -> torch.Tensor:
     return t.to(DEVICE)
+
+
+_STORAGES: weakref.WeakKeyDictionary[Cell, torch.UntypedStorage] = weakref.WeakKeyDictionary()
+_FAKE_ADDRESS = [1 << 60]  # non-canonical on x86-64 and arm64: any access faults
+
+
+def storage_of(c: Cell) -> torch.UntypedStorage:
+    """The identifying storage of the storage that ``c`` views (its root's), made once."""
+    root = c._root if c._root is not None else c
+    st = _STORAGES.get(root)
+    if st is None:
+        nbytes = root._meta.numel() * root._meta.element_size()
+        addr = _FAKE_ADDRESS[0]
+        _FAKE_ADDRESS[0] += (nbytes + 127) // 64 * 64  # never two live storages overlap
+        st = _STORAGES[root] = torch._C._construct_storage_from_data_pointer(addr, DEVICE, nbytes)
+    return st
