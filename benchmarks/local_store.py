@@ -77,7 +77,9 @@ def bench_hits(workdir: Path, entries: int, entry_kib: int, procs: int, gets: in
     children = [
         subprocess.Popen(
             [sys.executable, "-c", HIT_WORKER, str(root), str(entries), str(gets), str(i)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )  # fmt: skip
         for i in range(procs)
     ]

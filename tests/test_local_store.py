@@ -49,7 +49,17 @@ def test_not_a_cache(tmp_path):
     with pytest.raises(NotACacheError):
         LocalStore(tmp_path / "plain", create=False)
     with pytest.raises(NotACacheError):
-        LocalStore(tmp_path / "missing", readonly=True)
+        LocalStore(tmp_path / "missing", readonly=True, create=False)
+
+
+def test_a_reader_before_its_writer_finds_nothing_then_the_writers_entries(tmp_path):
+    reader = LocalStore(tmp_path / "later", readonly=True)  # nobody made it yet
+    key, blob = make_blob(1)
+    assert reader.get(key) is None and list(reader.list()) == [] and reader.leases()
+    assert not (tmp_path / "later").exists()  # a reader makes nothing
+    with LocalStore(tmp_path / "later") as writer:
+        writer.put(key, blob)
+    assert reader.get(key) == blob and [i.key for i in reader.list()] == [key]
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "magic"])

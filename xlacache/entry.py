@@ -51,6 +51,8 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 def is_sha256_hex(text: object) -> bool:
     """Whether `text` is a hex SHA-256 as keys and digests are written: 64 lowercase hex digits."""
     return isinstance(text, str) and _SHA256_HEX.fullmatch(text) is not None
+
+
 MAX_MODULE_TEXT = 1 << 30
 
 

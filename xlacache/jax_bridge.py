@@ -94,6 +94,20 @@ def uninstall() -> None:
     _cache = None
 
 
+def process_index() -> int | None:
+    """This process's index in a running jax.distributed job, or None (no job: not
+    initialized, or JAX not even imported yet). Starts no backend."""
+    if "jax" not in sys.modules:
+        return None
+    try:
+        from jax._src import distributed
+
+        state = distributed.global_state
+        return None if state.client is None else int(state.process_id)
+    except Exception:  # noqa: BLE001 - JAX moved it: the rank comes from the environment
+        return None
+
+
 def key_inputs(backend, computation, devices, compile_options) -> KeyInputs:
     """The components of xlacache's key, taken from JAX's compile arguments."""
     from jax._src.lib import version_str as jaxlib_version

@@ -122,9 +122,7 @@ def import_(
             f"already present, {len(result.corrupt)} corrupt"
         )
     if result.corrupt:
-        raise OperationFailed(
-            f"skipped {plural(len(result.corrupt), 'corrupt entry')} in {bundle}"
-        )
+        raise OperationFailed(f"skipped {plural(len(result.corrupt), 'corrupt entry')} in {bundle}")
 
 
 def register(app: typer.Typer) -> None:

@@ -215,8 +215,7 @@ def _print_verify(url: str, report: VerifyReport) -> None:
         console.print(f"corrupt: {key}" + (" (removed)" if report.repaired else ""))
     state = "removed" if report.repaired and report.corrupt else "found"
     console.print(
-        f"checked {plural(report.checked, 'entry')} in {url}: "
-        f"{len(report.corrupt)} corrupt {state}"
+        f"checked {plural(report.checked, 'entry')} in {url}: {len(report.corrupt)} corrupt {state}"
     )
     if report.stale_temp_files:
         done = "removed" if report.repaired else "run --repair to remove them"
@@ -290,8 +289,6 @@ def rm(
         stdout().print(f"removed {plural(len(removed), 'entry')} from {url}")
     if missing:
         raise BadInput(f"not in {url}: {', '.join(missing)}")
-
-
 
 
 def register(app: typer.Typer) -> None:

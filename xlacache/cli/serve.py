@@ -12,7 +12,22 @@ from xlacache.errors import CacheError
 
 
 def serve_command(
-    store: Annotated[Path | None, typer.Option("--store", help="Cache directory to serve.")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="Cache directory to serve, or gs://BUCKET/PREFIX (with --cache-dir): "
+            "several replicas may serve one bucket.",
+        ),
+    ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            help="Local directory in front of a gs:// store (read-through, write-through; "
+            "--max-size bounds it).",
+        ),
+    ] = None,
     listen: Annotated[
         str | None, typer.Option("--listen", help="HOST:PORT for gRPC (default 127.0.0.1:7070).")
     ] = None,
@@ -120,7 +135,7 @@ def serve_command(
         ),
     ] = None,
 ) -> None:
-    """Serve a cache directory to remote workers over gRPC.
+    """Serve a cache directory, or a bucket, to remote workers over gRPC.
 
     Settings come from the command line, XLACACHE_SERVE_<NAME> environment variables
     and a config file, in that order of precedence.

@@ -21,7 +21,7 @@ from xlacache.server.metrics import ServerMetrics
 from xlacache.server.overview import Overview
 from xlacache.server.service import CacheService, method_handlers
 from xlacache.server.status_page import StatusServer
-from xlacache.stores.local import LocalStore
+from xlacache.server.storage import lease_table, local_disk, open_served_store
 
 log = logging.getLogger("xlacache.server")
 
@@ -35,16 +35,17 @@ class CacheServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = TokenTable.load(config.tokens)
-        # Opening reconciles the index with the entry files and removes the temp files
-        # of a server killed mid-upload.
-        self.store = LocalStore(config.store, max_size=config.max_size, fsync=config.fsync)
-        self.metrics = ServerMetrics(self.store.summary, config.max_size)
+        self.store = open_served_store(config)
+        # Store gauges describe this server's disk (a bucket is listed by Stats alone).
+        self.metrics = ServerMetrics(local_disk(self.store).summary, config.max_size)
         self.watchdog = Watchdog()
-        self.service = CacheService(self.store, config, self.tokens, self.metrics, self.watchdog)
+        self.service = CacheService(
+            self.store, config, self.tokens, self.metrics, self.watchdog, lease_table(self.store)
+        )
         signers = self.service.transfers.required_signers
         self.overview = Overview(
-            self.store, config, self.metrics, self.service.misses,
-            signers.key_ids if signers else [],
+            local_disk(self.store), config, self.metrics, self.service.misses,
+            signers.key_ids if signers else [], url=self.store.url,
         )  # fmt: skip
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self.state = "starting"
@@ -145,7 +146,7 @@ class CacheServer:
         self.state = "serving"
         log.info(
             "xlacache serve %s: listening on %s (TLS %s), store %s, auth %s",
-            __version__, self.address, self.tls_mode(), self.store.root, self.auth_mode(),
+            __version__, self.address, self.tls_mode(), self.store.url, self.auth_mode(),
         )  # fmt: skip
         if self.service.transfers.required_signers:
             ids = ", ".join(self.service.transfers.required_signers.key_ids)

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from xlacache.config import SERVE_PREFIX, parse_bool, serve_env, split_list
 from xlacache.entry import MAX_ENTRY_SIZE
@@ -30,7 +31,8 @@ LOOPBACK_NAMES = {"localhost"}
 
 @dataclass(frozen=True)
 class ServerConfig:
-    store: str = ""
+    store: str = ""  # a cache directory, or gs://bucket/prefix (then cache_dir is needed)
+    cache_dir: str | None = None  # local directory in front of a gs:// store
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     max_size: int | None = None  # bytes; least recently used entries are evicted beyond it
     max_entry_size: int = MAX_ENTRY_SIZE
@@ -56,7 +58,17 @@ class ServerConfig:
 
     def validate(self) -> ServerConfig:
         if not self.store:
-            raise ConfigError("no store directory: pass --store DIR")
+            raise ConfigError("no store: pass --store DIR or --store gs://BUCKET/PREFIX")
+        scheme = urlparse(self.store).scheme
+        if is_bucket_url(self.store):
+            if not self.cache_dir:
+                raise ConfigError(
+                    f"--store {self.store} needs --cache-dir DIR (local disk in front of it)"
+                )
+        elif scheme not in ("", "file"):
+            raise ConfigError(f"cannot serve {self.store!r}: use a directory or gs://BUCKET")
+        elif self.cache_dir:
+            raise ConfigError("--cache-dir goes with --store gs://...; a directory store is local")
         split_host_port(self.listen)
         if self.metrics_listen:
             split_host_port(self.metrics_listen)
@@ -193,6 +205,11 @@ def load_config(
         _known("the command line", {k: v for k, v in (cli or {}).items() if v is not None})
     )
     return replace(ServerConfig(), **merged).validate()
+
+
+def is_bucket_url(store: str) -> bool:
+    """Whether a --store value names a Cloud Storage bucket (gs:// or gcs://)."""
+    return urlparse(store).scheme in ("gs", "gcs")
 
 
 def split_host_port(address: str) -> tuple[str, int]:

@@ -77,8 +77,10 @@ class Overview:
         metrics: ServerMetrics,
         misses: MissRing,
         signer_ids: list[str],
+        url: str | None = None,
     ) -> None:
         self.store = store
+        self.url = url or str(store.root)  # what the server serves (a bucket, or store's dir)
         self.config = config
         self.metrics = metrics
         self.misses = misses
@@ -116,7 +118,7 @@ class Overview:
         return {
             **server,
             "store": {
-                "path": str(self.store.root),
+                "path": self.url,
                 "max_size": format_size(cap) if cap else "no limit",
                 "max_bytes": cap or None,
                 "fill": round(summary.bytes / cap, 4) if cap else None,

@@ -17,9 +17,9 @@ from xlacache.key import is_valid_key
 from xlacache.server.config import ServerConfig
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.rpc import checked_batch, checked_key
+from xlacache.server.storage import ServedStore
 from xlacache.server.transfers import Transfers
 from xlacache.stores.base import EntryInfo, PrunePolicy
-from xlacache.stores.local import LocalStore
 
 log = logging.getLogger("xlacache.server")
 
@@ -38,7 +38,7 @@ def _optional(request, name: str):
 class Queries:
     def __init__(
         self,
-        store: LocalStore,
+        store: ServedStore,
         config: ServerConfig,
         metrics: ServerMetrics,
         transfers: Transfers,

@@ -1,9 +1,9 @@
-"""The `xlacache.v1.Cache` service over a LocalStore: which handler serves which method.
+"""The `xlacache.v1.Cache` service over a store: which handler serves which method.
 
 `METHODS` is the whole service at a glance: each RPC's role, request type and
-handler. The handlers live in `transfers` (Get, Put), `misses` (ReportMiss,
-RecentMisses) and `queries` (the rest); what
-every call goes through (parsing, auth, deadline, metrics, statuses) is `rpc.Gate`.
+handler. The handlers live in `transfers` (Get, Put), `leases` (Lease, LeaseWait),
+`misses` (ReportMiss, RecentMisses) and `queries` (the rest); what every call goes
+through (parsing, auth, deadline, metrics, statuses) is `rpc.Gate`.
 A new RPC is a line here, a handler, and a message in proto/xlacache/v1/cache.proto.
 """
 
@@ -17,13 +17,15 @@ from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.protocol import SERVICE_NAME
 from xlacache.server.auth import Role, TokenTable
 from xlacache.server.config import ServerConfig
+from xlacache.server.leases import LeaseHandlers
 from xlacache.server.limits import Watchdog
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.misses import MissRing
 from xlacache.server.queries import Queries
 from xlacache.server.rpc import Gate
+from xlacache.server.storage import ServedStore
 from xlacache.server.transfers import Transfers
-from xlacache.stores.local import LocalStore
+from xlacache.stores.leases import LeaseTable
 
 
 class Method(NamedTuple):
@@ -46,6 +48,8 @@ METHODS: dict[str, Method] = {
     "Verify": Method(Role.ADMIN, pb.VerifyRequest, "queries.verify", "unary"),
     "ReportMiss": Method(Role.READ, pb.ReportMissRequest, "misses.report", "unary"),
     "RecentMisses": Method(Role.READ, pb.RecentMissesRequest, "misses.recent", "unary"),
+    "Lease": Method(Role.WRITE, pb.LeaseRequest, "leases.lease", "unary"),
+    "LeaseWait": Method(Role.READ, pb.LeaseWaitRequest, "leases.wait", "unary"),
 }
 
 
@@ -54,17 +58,19 @@ class CacheService:
 
     def __init__(
         self,
-        store: LocalStore,
+        store: ServedStore,
         config: ServerConfig,
         tokens: TokenTable,
         metrics: ServerMetrics,
         watchdog: Watchdog,
+        leases: LeaseTable,
     ) -> None:
         self.store = store
         self.gate = Gate(tokens, metrics, watchdog, config.request_timeout)
         self.transfers = Transfers(store, config, metrics)
         self.queries = Queries(store, config, metrics, self.transfers)
         self.misses = MissRing(store, metrics)
+        self.leases = LeaseHandlers(leases, metrics)
 
     def handler(self, name: str):
         """The gRPC method implementation of RPC `name` (parsing, auth, ... included)."""

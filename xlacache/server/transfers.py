@@ -31,8 +31,8 @@ from xlacache.server.config import ServerConfig
 from xlacache.server.limits import ByteBudget
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.rpc import checked_key
+from xlacache.server.storage import ServedStore
 from xlacache.signing import TrustedKeys
-from xlacache.stores.local import LocalStore
 
 log = logging.getLogger("xlacache.server")
 
@@ -50,7 +50,7 @@ class _PutHeader:
 
 
 class Transfers:
-    def __init__(self, store: LocalStore, config: ServerConfig, metrics: ServerMetrics) -> None:
+    def __init__(self, store: ServedStore, config: ServerConfig, metrics: ServerMetrics) -> None:
         self.store = store
         self.config = config
         self.metrics = metrics
@@ -65,7 +65,7 @@ class Transfers:
         key = checked_key(request.key)
         chunk = self.config.chunk_size
         try:
-            f = open(self.store.entry_path(key), "rb", buffering=0)  # noqa: SIM115 - closed below
+            f = self.store.open_entry(key)  # read-through over a bucket
         except FileNotFoundError:
             self.metrics.miss()
             yield wire.get_first(False)

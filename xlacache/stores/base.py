@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from xlacache import entry
+from xlacache.stores.leases import LeaseTable
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,24 @@ class Store(abc.ABC):
     def recent_misses(self, limit: int | None = None) -> list[dict]:
         """Recorded misses, newest first (at most `limit`)."""
         raise NotImplementedError(f"{self.url}: this store keeps no recorded misses")
+
+    def exists(self) -> bool:
+        """Whether a writer has made this store (a read-only view of a directory nobody
+        made yet reads as empty, and has no writer to wait for)."""
+        return True
+
+    def publish(self, key: str, blob: bytes) -> None:
+        """Store an entry so that every process sharing this store finds it on return.
+
+        What a single-flight compiler calls before it releases its lease. The default is
+        `put`; a tier uploads now instead of in the background.
+        """
+        self.put(key, blob)
+
+    def leases(self) -> LeaseTable | None:
+        """The leases that let the processes sharing this store compile a key once
+        (`xlacache.stores.leases`), or None where the store has none."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and file handles."""

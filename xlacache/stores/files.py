@@ -5,6 +5,7 @@ Layout::
     ROOT/XLACACHE              marker (format version); its absence means "not a cache"
     ROOT/entries/ab/<key>.xlac entry files, sharded by the key's first two hex digits
     ROOT/tmp/                  writes in progress (never read)
+    ROOT/leases/<key>.lock     single-flight leases, flock'ed by their holder (stores/leases.py)
     ROOT/index.sqlite          derived index (stores/index.py)
 
 Temp files are named `<key>.<host>-<pid>.<random>.tmp`: one whose writer was a process

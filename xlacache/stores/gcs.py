@@ -6,6 +6,7 @@ Layout (the same entries, under the same names, as a local cache directory)::
     PREFIX/entries/ab/<key>.xlac     entries, sharded by the key's first two hex digits
     PREFIX/misses/<ns>-<rand>.json   recorded misses (`xlacache explain`), about
                                      MAX_MISS_OBJECTS of the newest, trimmed by writers
+    PREFIX/leases/<key>              single-flight leases (stores/gcs_leases.py)
 
 Each entry object carries custom metadata (format, payload-size, created,
 compile-seconds, label, and once used: last-used, hits), so listing, stats and
@@ -47,6 +48,7 @@ from xlacache.errors import (
 )
 from xlacache.key import is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.gcs_leases import GCSLeases
 from xlacache.stores.gcs_objects import DEFAULT_TIMEOUT, GCSObjects, ObjectInfo, RetryPolicy
 from xlacache.stores.local import ENTRY_SUFFIX, MARKER
 
@@ -264,6 +266,10 @@ class GCSStore(Store):
             lambda name: self.objects.read(name, deadline=self.timeout), names[:limit]
         )
         return misslog.newest_first(r for f in found if f and (r := misslog.decode(f[0])))
+
+    def leases(self) -> GCSLeases:
+        """Lease objects under leases/ (what every client and server replica agrees on)."""
+        return GCSLeases(self.objects, timeout=self.timeout)
 
     def close(self) -> None:
         """Give pending use records a bounded time to finish."""

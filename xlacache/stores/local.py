@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from filelock import FileLock
 
@@ -43,12 +44,18 @@ from xlacache.stores.files import (
     info_from_header,
 )
 from xlacache.stores.index import Index, Limits, move_aside
+from xlacache.stores.leases import DirLeases
 
 __all__ = ["ENTRY_SUFFIX", "MARKER", "STALE_TEMP_SECONDS", "LocalStore", "info_from_header"]
 
 
 class LocalStore(Store):
-    """Entries as files in a directory, with a SQLite index beside them."""
+    """Entries as files in a directory, with a SQLite index beside them.
+
+    `create`: a writable store makes the directory when missing; a read-only one accepts
+    a directory nobody has made yet (empty until its writer makes it); with create=False
+    either must find a cache there.
+    """
 
     def __init__(
         self,
@@ -73,10 +80,14 @@ class LocalStore(Store):
         self.tmp_dir = self.files.tmp_dir
         self.index_path = self.root / "index.sqlite"
         self._index: Index | None = None
+        self._leases: DirLeases | None = None
         if not self.files.is_cache():
-            if readonly or not create:
+            if not create:
                 raise NotACacheError(f"{self.root} is not an xlacache cache directory")
-            self.files.create()
+            if not readonly:
+                self.files.create()
+            # Read-only with create: a directory its writer has not made yet reads as
+            # empty until it does (a reader that starts before its writer).
         if not readonly and not os.access(self.root, os.W_OK):
             raise PermissionError(errno.EACCES, "cache directory is not writable", str(self.root))
         self._index = self._open_index()
@@ -297,7 +308,18 @@ class LocalStore(Store):
     def recent_misses(self, limit: int | None = None) -> list[dict]:
         return misslog.read(self.root / misslog.MISS_LOG, limit)
 
+    def exists(self) -> bool:
+        return self.files.is_cache()
+
+    def leases(self) -> DirLeases:
+        """Leases among the processes sharing this directory (lock files in leases/)."""
+        if self._leases is None:
+            self._leases = DirLeases(self.root)
+        return self._leases
+
     def close(self) -> None:
+        if self._leases is not None:
+            self._leases.close()
         index, self._index = self._index, None
         if index is not None:
             index.close()
@@ -400,6 +422,10 @@ class LocalStore(Store):
 
     def entry_path(self, key: str) -> Path:
         return self.files.entry_path(key)
+
+    def open_entry(self, key: str) -> BinaryIO:
+        """The entry's file, open for unbuffered reading (FileNotFoundError if absent)."""
+        return open(self.entry_path(key), "rb", buffering=0)  # noqa: SIM115 - the caller's
 
     def peek(self, key: str) -> bytes | None:
         """The verified entry, read without recording a hit (never touches the index)."""

@@ -9,6 +9,7 @@ deadline, not one per compile. Entries are verified end to end on get.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -32,6 +33,7 @@ from xlacache.errors import (
 from xlacache.key import is_valid_key
 from xlacache.protocol import CHUNK_SIZE, DEFAULT_PORT, fields_of, method_path, misses, status, wire
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.leases import Grant, LeaseTable
 
 MESSAGE_LIMIT = 8 * 1024 * 1024
 
@@ -347,6 +349,10 @@ class GrpcStore(Store):
         reply = self._call(lambda: self._unary(self._stub.RecentMisses, request))
         return [misses.to_record(m) for m in reply.misses]
 
+    def leases(self) -> GrpcLeases:
+        """The server's leases (the Lease and LeaseWait RPCs)."""
+        return GrpcLeases(self)
+
     def close(self) -> None:
         self._channel.close()
 
@@ -386,3 +392,37 @@ def _check_key(key: str) -> None:
 
 def _info(message: pb.EntryInfo) -> EntryInfo:
     return EntryInfo(**fields_of(message))
+
+
+class GrpcLeases(LeaseTable):
+    """A server's lease table, through the Lease (write) and LeaseWait (read) RPCs."""
+
+    def __init__(self, store: GrpcStore) -> None:
+        self.store = store
+
+    def acquire(self, name: str, holder: str, ttl: float) -> Grant:
+        reply = self._lease(name, holder, pb.LeaseRequest.ACQUIRE, ttl)
+        return Grant(reply.granted, taken_over=reply.taken_over, holder=reply.holder)
+
+    def renew(self, name: str, holder: str, ttl: float) -> bool:
+        return self._lease(name, holder, pb.LeaseRequest.RENEW, ttl).granted
+
+    def release(self, name: str, holder: str) -> None:
+        self._lease(name, holder, pb.LeaseRequest.RELEASE, 0.0)
+
+    def holder(self, name: str) -> str | None:
+        _check_key(name)
+        request = pb.LeaseWaitRequest(key=name)
+        reply = self.store._call(lambda: self.store._unary(self.store._stub.LeaseWait, request))
+        return reply.holder or None
+
+    def report_wait(self, name: str, loaded: bool, seconds: float) -> None:
+        request = pb.LeaseWaitRequest(key=name, done=True, loaded=loaded, waited_seconds=seconds)
+        with contextlib.suppress(CacheError):  # figures only
+            self.store._call(lambda: self.store._unary(self.store._stub.LeaseWait, request))
+
+    def _lease(self, name: str, holder: str, action, ttl: float) -> pb.LeaseResponse:
+        self.store._writable()
+        _check_key(name)
+        request = pb.LeaseRequest(key=name, holder=holder, action=action, ttl_seconds=ttl)
+        return self.store._call(lambda: self.store._unary(self.store._stub.Lease, request))

@@ -27,6 +27,7 @@ from xlacache.errors import (
     kind_of,
 )
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.leases import LeaseTable
 
 log = logging.getLogger("xlacache.tiered")
 
@@ -149,6 +150,26 @@ class TieredStore(Store):
                 self.local.put(key, blob)
         finally:  # a full local disk should not keep the entry from other workers
             self._enqueue(key, blob)
+
+    def publish(self, key: str, blob: bytes) -> None:
+        """Store locally and upload now, in this thread: on return the remote has it
+        (unless uploading failed, which is counted as for background uploads)."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.url} is open read-only")
+        try:
+            if not self.local.readonly:
+                self.local.put(key, blob)
+        finally:
+            self._upload(key, blob)
+
+    def leases(self) -> LeaseTable | None:
+        """The remote's leases (every process sharing the remote), else the local tier's."""
+        try:
+            table = self.remote.leases()
+        except (CacheError, OSError) as exc:
+            counters.record_error(kind_of(exc), exc)
+            table = None
+        return table if table is not None else self.local.leases()
 
     def delete(self, key: str) -> bool:
         """Delete locally; on the remote too where our token may (admin)."""

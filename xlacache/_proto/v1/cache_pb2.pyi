@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -270,3 +271,53 @@ class RecentMissesResponse(_message.Message):
     misses: _containers.RepeatedCompositeFieldContainer[MissRecord]
     total: int
     def __init__(self, misses: _Optional[_Iterable[_Union[MissRecord, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...
+
+class LeaseRequest(_message.Message):
+    __slots__ = ("key", "holder", "action", "ttl_seconds")
+    class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ACTION_UNSPECIFIED: _ClassVar[LeaseRequest.Action]
+        ACQUIRE: _ClassVar[LeaseRequest.Action]
+        RENEW: _ClassVar[LeaseRequest.Action]
+        RELEASE: _ClassVar[LeaseRequest.Action]
+    ACTION_UNSPECIFIED: LeaseRequest.Action
+    ACQUIRE: LeaseRequest.Action
+    RENEW: LeaseRequest.Action
+    RELEASE: LeaseRequest.Action
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    holder: str
+    action: LeaseRequest.Action
+    ttl_seconds: float
+    def __init__(self, key: _Optional[str] = ..., holder: _Optional[str] = ..., action: _Optional[_Union[LeaseRequest.Action, str]] = ..., ttl_seconds: _Optional[float] = ...) -> None: ...
+
+class LeaseResponse(_message.Message):
+    __slots__ = ("granted", "taken_over", "holder")
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_OVER_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    granted: bool
+    taken_over: bool
+    holder: str
+    def __init__(self, granted: _Optional[bool] = ..., taken_over: _Optional[bool] = ..., holder: _Optional[str] = ...) -> None: ...
+
+class LeaseWaitRequest(_message.Message):
+    __slots__ = ("key", "done", "loaded", "waited_seconds")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    LOADED_FIELD_NUMBER: _ClassVar[int]
+    WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    done: bool
+    loaded: bool
+    waited_seconds: float
+    def __init__(self, key: _Optional[str] = ..., done: _Optional[bool] = ..., loaded: _Optional[bool] = ..., waited_seconds: _Optional[float] = ...) -> None: ...
+
+class LeaseWaitResponse(_message.Message):
+    __slots__ = ("holder",)
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    holder: str
+    def __init__(self, holder: _Optional[str] = ...) -> None: ...
