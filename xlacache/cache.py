@@ -11,6 +11,7 @@ the store, `xlacache.stores.leases`), every wait under a deadline.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from xlacache import counters, entry
-from xlacache.errors import CacheError, kind_of
+from xlacache.errors import CacheError, CorruptEntryError, kind_of
+from xlacache.key import is_valid_key
 from xlacache.stores import leases
 from xlacache.stores.base import Store
 from xlacache.stores.leases import DEFAULT_TTL, HeldLease, LeaseTable, new_holder
@@ -85,6 +87,7 @@ class CompilationCache:
         self.keep_module_text = keep_module_text
         self._prefetched: dict[str, Future] = {}
         self._prefetch_lock = threading.Lock()
+        self._outcome = threading.local()
 
     def get_or_compile(
         self,
@@ -104,6 +107,7 @@ class CompilationCache:
         `identity` (the key's components) is recorded in the entry and explains misses.
         """
         start = time.perf_counter()
+        self._outcome.value = "hit"
         prefetched = self._take_prefetched(key, context or {})
         if prefetched is not None:
             header, result = prefetched
@@ -126,15 +130,108 @@ class CompilationCache:
             result = compile()
             seconds = time.perf_counter() - start
             counters.add("compile_seconds", seconds)
+            self._outcome.value = "compiled"
             if not self.readonly and seconds >= self.min_compile_seconds:
-                self.save(
+                stored = self.save(
                     key, lambda: serialize(result), seconds, label, platform, context, identity,
                     publish=lease is not None,
                 )  # fmt: skip
+                self._outcome.value = "stored" if stored else "compiled"
         finally:
             if lease is not None:  # after the entry is where waiters look for it
                 lease.release()
         return result
+
+    def last_outcome(self) -> str:
+        """What this thread's last `get_or_compile` did: ``hit`` (found in the store or
+        prefetched), ``stored`` (compiled and stored) or ``compiled`` (not stored)."""
+        return getattr(self._outcome, "value", "")
+
+    def save_alias(self, alias: str, record: dict, label: str = "", platform: str = "") -> bool:
+        """Store an alias entry: `record` (JSON) names the key of an executable stored here.
+
+        An alias entry is an ordinary entry (verified, signed, tiered, pruned like the others)
+        whose context says ``{"kind": "alias"}`` and whose label starts with ``alias:``.
+        Read-only caches store nothing. Returns whether it was stored.
+        """
+        if self.readonly:
+            return False
+        payload = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+        label = entry.ALIAS_LABEL_PREFIX + label
+        stored = self.save(alias, lambda: payload, 0.0, label, platform, dict(entry.ALIAS_CONTEXT))
+        if stored:
+            counters.add("alias_writes")
+        return stored
+
+    def resolve_alias(
+        self,
+        alias: str,
+        accept: Callable[[dict, entry.Header], None],
+        load_entry: Callable[[entry.Entry], T],
+        verify: Callable[[T], None],
+    ) -> T | None:
+        """The executable the alias entry `alias` names, or None (a miss: absent, or any check
+        failed, counted and warned about once as errors["alias"]).
+
+        `accept(record, header)` raises unless the alias record and the target entry's header
+        fit this process; `load_entry` loads the target from its stored context (a prefetched
+        executable with the same key and context is taken instead); `verify(executable)`
+        raises unless the loaded executable is the program the caller expects. A bad alias is
+        dropped (unless read-only), so the caller's next compile stores a good one.
+        """
+        record = self._read_alias(alias)
+        if record is None:
+            counters.add("alias_misses")
+            return None
+        key = record.get("target")
+        found = self.lookup(key) if isinstance(key, str) and is_valid_key(key) else None
+        if found is None:  # the target was pruned, or the record names no key
+            counters.add("alias_misses")
+            return None
+        try:
+            accept(record, found.header)
+        except Exception as exc:  # noqa: BLE001 - a wrong alias is a miss, never a wrong program
+            return self._bad_alias(alias, exc)
+        start = time.perf_counter()
+        prefetched = self._take_prefetched(key, found.header.context)
+        if prefetched is not None:
+            result = prefetched[1]
+            counters.add("prefetch_hits")
+        else:
+            try:
+                result = load_entry(found)
+            except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
+                counters.record_error("corrupt" if isinstance(exc, CacheError) else "load", exc)
+                self.discard(key)
+                counters.add("alias_misses")
+                return None
+        try:
+            verify(result)
+        except Exception as exc:  # noqa: BLE001
+            return self._bad_alias(alias, exc)
+        _count_hit(found.header, time.perf_counter() - start)
+        counters.add("alias_hits")
+        return result
+
+    def _read_alias(self, alias: str) -> dict | None:
+        found = self.lookup(alias)
+        if found is None:
+            return None
+        try:
+            if not entry.is_alias(found.header):
+                raise CorruptEntryError(f"entry {alias} is not an alias entry")
+            record = json.loads(found.payload())
+            if not isinstance(record, dict):
+                raise CorruptEntryError(f"alias entry {alias} holds no record")
+        except Exception as exc:  # noqa: BLE001
+            self._bad_alias(alias, exc)
+            return None
+        return record
+
+    def _bad_alias(self, alias: str, exc: BaseException) -> None:
+        counters.record_error("alias", exc)
+        counters.add("alias_misses")
+        self.discard(alias)
 
     def _load(self, key: str, load: Callable[[bytes], T]):
         """The stored executable for `key`, loaded; _MISS when absent, _FAILED when what
@@ -306,8 +403,9 @@ class CompilationCache:
         context: dict | None = None,
         identity: Identity | None = None,
         publish: bool = False,
-    ) -> None:
+    ) -> bool:
         """Encode (and sign) and store an executable; failures are counted, never raised.
+        Returns whether it was stored.
 
         `publish`: make it visible to every process sharing the store before returning
         (`Store.publish`), as a single-flight compiler does before releasing its lease."""
@@ -325,9 +423,10 @@ class CompilationCache:
             (self.store.publish if publish else self.store.put)(key, blob)
         except Exception as exc:  # noqa: BLE001
             counters.record_error(kind_of(exc), exc)
-            return
+            return False
         counters.add("writes")
         counters.add("bytes_written", len(blob))
+        return True
 
     def _identity_fields(self, identity: Identity | None) -> dict:
         """Header fields that describe the key; a failure to describe costs only them."""
@@ -358,6 +457,7 @@ class CompilationCache:
         except Exception as exc:  # noqa: BLE001
             counters.record_error(kind_of(exc), exc)
             return []
+        infos = [i for i in infos if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
         chosen, total = [], 0
         for info in infos[:limit]:
             total += info.payload_size
@@ -379,7 +479,7 @@ class CompilationCache:
                 value = None
                 try:
                     found = self.lookup(key)
-                    if found is not None:
+                    if found is not None and not entry.is_alias(found.header):
                         value = (found.header, load_entry(found))
                 except Exception as exc:  # noqa: BLE001 - a failed prefetch is just a miss
                     counters.record_error("prefetch", exc)

@@ -180,6 +180,17 @@ def header_from_fields(values: object) -> Header:
     return header
 
 
+# Alias entries (xlacache.executables) hold a small JSON record naming another entry's key;
+# they are marked in the context (what `is_alias` checks) and in the label (what listings see).
+ALIAS_CONTEXT = {"kind": "alias"}
+ALIAS_LABEL_PREFIX = "alias:"
+
+
+def is_alias(header: Header) -> bool:
+    """Whether the entry is an alias entry (its payload is a record, not an executable)."""
+    return header.context.get("kind") == ALIAS_CONTEXT["kind"]
+
+
 class Signer(Protocol):
     """What signs entries (xlacache.signing.SigningKey)."""
 

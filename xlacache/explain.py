@@ -276,7 +276,7 @@ class Explanation:
 
 def explain(store, miss: Side, max_candidates: int = MAX_CANDIDATES) -> Explanation:
     """Explain why `miss` is not in `store` (anything with list() and read_header())."""
-    infos = list(store.list())
+    infos = [i for i in store.list() if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
     if any(i.key == miss.key for i in infos):
         note = "an entry with this key is stored but could not be used (see stats()['errors'])"
         return Explanation(miss.key, miss.label, "unusable", note=note)
