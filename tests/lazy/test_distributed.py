@@ -1,0 +1,79 @@
+"""Multi-process data parallel (``xl.launch``, collectives, ``optimizer_step``): real jobs of
+spawned processes on loopback, ``jax.distributed`` with gloo collectives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import xlacache.lazy as xl
+from tests.lazy import _dist_workers as workers
+from xlacache.lazy.distributed.launch import LaunchError
+
+pytestmark = pytest.mark.xdist_group("distributed")
+
+
+@pytest.mark.slow
+def test_collectives_and_process_names_in_a_two_process_job():
+    r0, r1 = xl.launch(workers.collectives, nprocs=2)
+    for r in (r0, r1):
+        assert r["sum"] == [3.0, 2.0]  # [1, 0] + [2, 2]
+        assert r["max"] == [2.0, 2.0] and r["min"] == [2.0, 0.0]  # min times scale 2
+        assert r["mul"] == [2.0, 0.0]
+        assert r["gather"] == [[1.0, 0.0], [2.0, 2.0]]  # rank order
+        assert r["mesh"] == 10 and r["rdv"] == ["r0", "r1"]
+        assert r["list"] == [[1.0, 1.0], [2.0, 2.0, 2.0]]  # a list is reduced in place
+        assert r["scalar"] == 1.0 and r["flag"] == [True]
+    assert r0["names"] == (2, 0, 0, True) and r1["names"] == (2, 1, 1, False)
+
+
+@pytest.mark.slow
+def test_two_process_training_matches_one_process_on_the_combined_batch():
+    steps, batch = 4, 8
+    alone = xl.launch(workers.train, args=(steps, batch), nprocs=1)  # runs here, world 1
+    assert alone["world"] == 1
+    r0, r1 = xl.launch(workers.train, args=(steps, batch), nprocs=2)
+    assert r0["world"] == 2 and r0["losses"] == r1["losses"]
+    assert alone["losses"][-1] < alone["losses"][0]
+    torch.testing.assert_close(
+        torch.tensor(r0["losses"]), torch.tensor(alone["losses"]), rtol=1e-5, atol=0
+    )
+    for name, value in alone["params"].items():
+        torch.testing.assert_close(r0["params"][name], value, rtol=1e-5, atol=1e-7)
+        assert torch.equal(r0["params"][name], r1["params"][name])  # replicas stay identical
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_stops_the_job_with_a_clear_error(tmp_path):
+    marker = str(tmp_path / "step2-rank")
+    with pytest.raises(LaunchError, match=r"rank 1 was killed by SIGKILL") as info:
+        xl.launch(workers.killed_mid_run, args=(marker,), nprocs=2)
+    assert info.value.rank == 1
+    assert "stopped the other 1 worker" in str(info.value)
+    assert not (tmp_path / "step2-rank1").exists()  # it died before finishing step 2
+
+
+@pytest.mark.slow
+def test_a_worker_exception_is_raised_by_launch():
+    with pytest.raises(LaunchError, match=r"rank 1 raised ValueError: boom on purpose") as info:
+        xl.launch(workers.raise_on_rank_1, nprocs=2)
+    assert "Traceback" in str(info.value)  # the worker's traceback comes along
+
+
+def test_launch_runs_in_place_for_one_process_and_checks_nprocs():
+    assert xl.launch(workers.names, nprocs=1) == (0, 1, 0, 1)
+    assert xl.launch(workers.names, debug_single_process=True) == (0, 1, 0, 1)
+    with pytest.raises(ValueError, match="nprocs"):
+        xl.launch(workers.names, nprocs=0)
+
+
+def test_collectives_with_one_process_are_identities():
+    dev = xl.device()
+    t = torch.tensor([1.0, -2.0], device=dev)
+    assert xl.all_reduce("sum", t, scale=0.5).cpu().tolist() == [0.5, -1.0]
+    assert xl.all_gather(t).cpu().tolist() == [1.0, -2.0]
+    ts = [t.clone()]
+    assert xl.all_reduce("max", ts, scale=2.0) is ts and ts[0].cpu().tolist() == [2.0, -4.0]
+    with pytest.raises(ValueError, match="reduce type"):
+        xl.all_reduce("avg", t)
+    assert xl.mesh_reduce("x", 3, sum) == 3 and xl.rendezvous("t", b"p") == [b"p"]
