@@ -9,6 +9,7 @@ import torch
 import xlacache.lazy as xl
 from tests.lazy import _dist_workers as workers
 from xlacache.lazy.distributed.launch import LaunchError
+from xlacache.stores.local import LocalStore
 
 pytestmark = pytest.mark.xdist_group("distributed")
 
@@ -77,3 +78,39 @@ def test_collectives_with_one_process_are_identities():
     with pytest.raises(ValueError, match="reduce type"):
         xl.all_reduce("avg", t)
     assert xl.mesh_reduce("x", 3, sum) == 3 and xl.rendezvous("t", b"p") == [b"p"]
+
+
+def _store_files(root) -> dict[str, tuple[int, int]]:
+    """Every file of a store directory but SQLite's index (the writer counts hits there)."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.startswith("index.sqlite")
+    }
+
+
+@pytest.mark.slow
+def test_a_four_process_job_compiles_each_program_once_and_readers_write_nothing(tmp_path):
+    cache = tmp_path / "shared"
+    LocalStore(cache).close()  # the job's shared directory, made before it starts
+    cold = xl.launch(workers.train, args=(2, 8, str(cache)), nprocs=4)
+    writer, readers = cold[0], cold[1:]
+    programs = writer["stats"]["misses"]  # the lazy graphs, and JAX's own small programs
+    assert programs >= writer["counters"]["UncachedCompile"] >= 3
+    assert writer["stats"]["writes"] >= programs  # executables, and their alias entries
+    for r in readers:  # same keys as rank 0: each program loaded, none compiled or written
+        assert r["counters"]["UncachedCompile"] == 0, r["counters"]
+        assert r["stats"]["misses"] == r["stats"]["writes"] == 0, r["stats"]
+        assert r["stats"]["hits"] == programs and r["stats"]["errors"] == {}
+        assert r["losses"] == writer["losses"]
+    # the store holds exactly what the writer wrote, and no lease is left behind
+    entries = [p for p in (cache / "entries").rglob("*") if p.is_file()]
+    assert len(entries) == writer["stats"]["writes"]
+    assert not [p for p in (cache / "leases").rglob("*") if p.is_file()]
+    # warm: nobody compiles, and nothing in the store changes
+    before = _store_files(cache)
+    warm = xl.launch(workers.train, args=(2, 8, str(cache)), nprocs=4)
+    assert _store_files(cache) == before
+    for r in warm:
+        assert r["counters"]["UncachedCompile"] == 0 and r["stats"]["misses"] == 0, r["stats"]
+        assert r["stats"]["writes"] == 0 and r["losses"] == writer["losses"]
