@@ -56,7 +56,7 @@ def _worker(index: int, args: argparse.Namespace) -> dict:
         xl.sync()
         losses.append(loss.item())
         times.append(time.perf_counter() - t)
-    flat = torch.zeros(sum(p.numel() for p in model.parameters()), device=dev)
+    flat = torch.ones(sum(p.numel() for p in model.parameters())).to(dev)  # data, not a constant
     reduce_s = []
     for _ in range(6 if xl.world_size() > 1 else 0):
         t = time.perf_counter()

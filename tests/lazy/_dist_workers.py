@@ -109,3 +109,9 @@ def killed_mid_run(index: int, marker: str) -> None:
 
 def names(index: int) -> tuple[int, int, int, int]:
     return (index, xl.world_size(), xl.global_ordinal(), int(xl.is_master_ordinal()))
+
+
+def rank_dependent_constant(index: int) -> None:
+    """Each rank bakes its own rank into the graph (a constant fill): different programs."""
+    t = torch.full((2,), float(xl.global_ordinal()), device=xl.device())
+    xl.all_reduce("sum", t).cpu()

@@ -61,6 +61,13 @@ def test_a_worker_exception_is_raised_by_launch():
     assert "Traceback" in str(info.value)  # the worker's traceback comes along
 
 
+@pytest.mark.slow
+def test_ranks_that_trace_different_collective_graphs_get_an_error_not_a_wrong_sum():
+    # psum over constants would fold to ``constant * world`` on each rank: 0 and 2, not 1
+    with pytest.raises(LaunchError, match=r"graph with collectives differs from rank"):
+        xl.launch(workers.rank_dependent_constant, nprocs=2)
+
+
 def test_launch_runs_in_place_for_one_process_and_checks_nprocs():
     assert xl.launch(workers.names, nprocs=1) == (0, 1, 0, 1)
     assert xl.launch(workers.names, debug_single_process=True) == (0, 1, 0, 1)
