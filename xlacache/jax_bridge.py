@@ -249,12 +249,15 @@ def _normalized_options(compile_options, platform: str) -> bytes:
     options.env_option_overrides = [
         (name, value) for name, value in options.env_option_overrides if affects_codegen(name)
     ]
-    if platform == "gpu" and options.device_assignment:
-        # Multi-process GPU jobs see different physical ids for the same program.
+    da = options.device_assignment
+    if da and (platform == "gpu" or da.replica_count() * da.computation_count() == 1):
+        # Multi-process GPU jobs see different physical ids for the same program, and a
+        # single-device program is one program whichever device runs it (each process of a
+        # CPU job runs its own programs on its own device: 0, 2048, 4096...). An executable
+        # is always loaded onto the requesting call's devices.
         import numpy as np
         from jax._src.lib import xla_client
 
-        da = options.device_assignment
         ids = np.arange(da.replica_count() * da.computation_count())
         options.device_assignment = xla_client.DeviceAssignment.create(
             ids.reshape([da.replica_count(), da.computation_count()])

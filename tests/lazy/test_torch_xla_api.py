@@ -148,10 +148,10 @@ def test_process_names_single_process():
     assert xm.mesh_reduce("acc", 2.5, lambda xs: sum(xs) / len(xs)) == 2.5
     t = torch.ones(2, device=dev)
     assert xm.all_reduce(xm.REDUCE_SUM, t, scale=0.5).tolist() == [0.5, 0.5]
-    assert xmp.spawn(lambda i, a: (i, a), args=(7,)) == (0, 7)
-    assert torch_xla.launch(lambda i: i * 10) == 0
-    with pytest.raises(NotImplementedError):
-        xmp.spawn(lambda i: i, nprocs=2)
+    assert xmp.spawn(lambda i, a: (i, a), args=(7,), nprocs=1) == (0, 7)
+    assert torch_xla.launch(lambda i: i * 10, debug_single_process=True) == 0
+    with pytest.raises(ValueError, match="nprocs"):
+        xmp.spawn(lambda i: i, nprocs=0)
 
 
 def test_manual_seed_reseeds_the_device_only():
@@ -198,7 +198,15 @@ def _script(args: list[str]) -> subprocess.CompletedProcess:
 def test_torch_xla_mnist_script_runs():
     """``test/test_train_mp_mnist.py`` from torch_xla, fake-data path, 10 steps of an epoch."""
     out = _script(
-        ["run_mnist.py", "10", "--fake_data", "--num_epochs=1", "--batch_size=128", "--log_steps=5"]
+        [
+            "run_mnist.py",
+            "10",
+            "--fake_data",
+            "--num_epochs=1",
+            "--batch_size=128",
+            "--log_steps=5",
+            "--num_cores=1",  # one process (launch would start one per core)
+        ]
     )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     lines = out.stdout.splitlines()

@@ -38,6 +38,12 @@ from . import rng as _rng  # noqa: E402
 from . import special as _special  # noqa: E402, F401 - registers its handlers
 from . import tensor as _tensor  # noqa: E402
 from . import views as _views  # noqa: E402, F401 - registers its handlers
+from .distributed.collectives import (  # noqa: E402 - multi-process data parallel
+    all_gather,
+    all_reduce,
+    optimizer_step,
+    reduce_gradients,
+)
 from .executor import (  # noqa: E402
     clear_compiled_cache,
     compiled_cache_size,
@@ -78,6 +84,8 @@ __all__ = [
     "SampleGenerator",
     "XlaGenerator",
     "add_step_closure",
+    "all_gather",
+    "all_reduce",
     "broadcast_master_param",
     "clear_compiled_cache",
     "compile",
@@ -97,6 +105,7 @@ __all__ = [
     "metrics",
     "metrics_report",
     "optimizer_step",
+    "reduce_gradients",
     "rendezvous",
     "save",
     "set_rng_state",
@@ -156,18 +165,6 @@ def mark_step(wait: bool = False) -> None:
 
 def is_lazy(t: Any) -> bool:
     return isinstance(t, LazyTensor)
-
-
-def optimizer_step(
-    optimizer: torch.optim.Optimizer,
-    barrier: bool = False,
-    optimizer_args: dict[str, Any] | None = None,
-) -> Any:
-    """``xm.optimizer_step``: one device, so no gradient all-reduce; ``barrier`` syncs."""
-    loss = optimizer.step(**(optimizer_args or {}))
-    if barrier:
-        sync()
-    return loss
 
 
 def _to_cpu(obj: Any) -> Any:

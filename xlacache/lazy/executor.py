@@ -29,6 +29,7 @@ from jax import lax
 from xlacache import executables
 
 from . import closures, metrics, rng
+from .distributed.program import process_program
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, jax_dtype, lower_random
@@ -347,7 +348,10 @@ def _compile(
     # program: an alias entry maps it to the executable's key, so a warm process loads the
     # executable without lowering the graph (``xlacache.executables``).
     signature = _signature(arrays, scalars, outs, donated)
-    alias = executables.alias_key(key, lowering_fingerprint())
+    # multi-process: a graph with a collective is one program over the process mesh
+    # (``distributed/program.py``); it is not loaded by alias (aliases are single-device)
+    procs = process_program(order, key)
+    alias = None if procs else executables.alias_key(key, lowering_fingerprint())
     if alias is not None:
         t0 = time.perf_counter_ns()
         program = executables.load(alias, signature)
@@ -365,10 +369,13 @@ def _compile(
         t0 = time.perf_counter_ns()
         fn = _build(order, outs)
         # keep_unused: every graph input is a parameter, as the signature says
-        jitted = jax.jit(fn, donate_argnums=donated, keep_unused=True)
+        if procs is None:
+            jitted = jax.jit(fn, donate_argnums=donated, keep_unused=True)
+        else:
+            jitted = procs.jit(fn, len(arrays) + 1, donated)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
-            lowered = jitted.lower(*arrays, scalars)
+            lowered = jitted.lower(*(procs.avals(arrays, scalars) if procs else (*arrays, scalars)))
             t1 = time.perf_counter_ns()
             metrics.metric_add("LoweringTime", t1 - t0)
             before = _cache_stats()
@@ -391,7 +398,7 @@ def _compile(
         metrics.counter_inc("UncachedCompile")
     if alias is not None:
         executables.store(alias, compiled_here, signature)
-    return Executable(compiled, n_ops, out_dtypes)
+    return Executable(compiled if procs is None else procs.wrap(compiled), n_ops, out_dtypes)
 
 
 def _signature(

@@ -1,31 +1,48 @@
-"""torch_xla's process-level names, with their single-process meanings.
+"""torch_xla's process-level names: world size, ordinals, the master process, ``launch``.
 
-One process drives one device (``xla:0``): world size 1, ordinal 0, this process is the master,
-reductions across processes see one value. The multi-process runtime extends these.
+Each process drives one device (``xla:0``). Outside a job started by ``launch`` (or torchrun
+plus ``launch``) a process is alone: world size 1, ordinal 0, the master. Inside one, these
+describe its place in the job (``distributed/``).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import jax
 
+from .distributed import env
+from .distributed.launch import launch
+from .distributed.rendezvous import mesh_reduce, rendezvous
+
+__all__ = [
+    "broadcast_master_param",
+    "device_type",
+    "global_ordinal",
+    "is_master_ordinal",
+    "launch",
+    "local_ordinal",
+    "master_print",
+    "mesh_reduce",
+    "rendezvous",
+    "world_size",
+]
+
 
 def world_size() -> int:
-    """``xr.world_size()``: the number of processes taking part (1)."""
-    return 1
+    """``xr.world_size()``: the number of processes taking part."""
+    return env.current().world
 
 
 def global_ordinal() -> int:
-    """``xr.global_ordinal()``: this process's rank among all (0)."""
-    return 0
+    """``xr.global_ordinal()``: this process's rank among all."""
+    return env.current().rank
 
 
 def local_ordinal() -> int:
-    """``xr.local_ordinal()``: this process's rank on its host (0)."""
-    return 0
+    """``xr.local_ordinal()``: this process's rank on its host."""
+    return env.current().local_rank
 
 
 def device_type() -> str:
@@ -36,7 +53,8 @@ def device_type() -> str:
 
 
 def is_master_ordinal(local: bool = True) -> bool:
-    """``xm.is_master_ordinal()``: whether this process is rank 0 (always, in one process)."""
+    """``xm.is_master_ordinal()``: whether this process is rank 0 (of its host with
+    ``local``, else of the job)."""
     return (local_ordinal() if local else global_ordinal()) == 0
 
 
@@ -46,26 +64,19 @@ def master_print(*args: Any, fd: Any = None, local: bool = False, flush: bool = 
         print(*args, file=fd if fd is not None else sys.stdout, flush=flush)
 
 
-def mesh_reduce(tag: str, data: Any, reduce_fn: Callable[[list], Any]) -> Any:
-    """``xm.mesh_reduce``: ``reduce_fn`` over every process's ``data`` (here, one)."""
-    return reduce_fn([data])
-
-
-def rendezvous(tag: str, payload: bytes = b"", replicas: Any = None) -> list[bytes]:
-    """``xm.rendezvous``: every process's payload once all arrive (here, this one's)."""
-    return [payload]
-
-
 def broadcast_master_param(model: Any) -> None:
-    """``xm.broadcast_master_param``: copy rank 0's parameters everywhere (nothing to do)."""
+    """``xm.broadcast_master_param``: copy rank 0's parameters and buffers to every process."""
+    if world_size() == 1:
+        return
+    import torch
 
+    from .distributed.collectives import all_reduce
 
-def launch(
-    fn: Callable[..., Any],
-    args: tuple = (),
-    start_method: str = "spawn",
-    debug_single_process: bool = False,
-) -> Any:
-    """``torch_xla.launch`` / ``xmp.spawn``: run ``fn(index, *args)`` in each process; one
-    process here, so ``fn(0, *args)`` in this one."""
-    return fn(0, *args)
+    tensors = [*model.parameters(), *model.buffers()]
+    with torch.no_grad():
+        if not is_master_ordinal(local=False):
+            for t in tensors:
+                t.zero_()
+        flags = [t for t in tensors if t.dtype == torch.bool]
+        all_reduce("sum", [t for t in tensors if t.dtype != torch.bool])
+        all_reduce("or", flags)

@@ -11,7 +11,9 @@ Replace the ``torch_xla`` prefix of an import with ``xlacache.lazy.compat``::
     import xlacache.lazy.compat.distributed.xla_multiprocessing as xmp
     import xlacache.lazy.compat.test.test_utils as test_utils
 
-Single-process meanings: one device (``xla:0``), world size 1, ordinal 0. Nothing here is
+One device (``xla:0``) per process; ``launch`` (``xmp.spawn``) starts a process per device and
+``xm.all_reduce``/``xm.optimizer_step`` reduce across them (``xlacache.lazy.distributed``).
+Nothing here is
 registered as ``torch_xla`` itself: libraries that look for torch_xla (transformers) would then
 call into its C++ internals.
 """

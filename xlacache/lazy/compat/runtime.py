@@ -1,4 +1,4 @@
-"""``torch_xla.runtime`` (``xr``) with single-process meanings."""
+"""``torch_xla.runtime`` (``xr``): one device per process, ``world_size()`` processes."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def process_count() -> int:
 
 
 def global_device_count() -> int:
-    return 1
+    return world_size()
 
 
 def local_device_count() -> int:
@@ -46,7 +46,7 @@ def addressable_device_count() -> int:
 
 
 def global_runtime_device_count() -> int:
-    return 1
+    return world_size()
 
 
 def using_pjrt() -> bool:

@@ -1,4 +1,4 @@
-"""``torch_xla.distributed.xla_multiprocessing`` (``xmp``): one process here."""
+"""``torch_xla.distributed.xla_multiprocessing`` (``xmp``): ``spawn`` is ``launch``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,5 @@ def spawn(
     daemon: bool = False,
     start_method: str = "spawn",
 ) -> Any:
-    """Run ``fn(index, *args)`` per process: ``fn(0, *args)`` in this one."""
-    if nprocs not in (None, 1):
-        raise NotImplementedError(f"xlacache.lazy runs one process; nprocs={nprocs} asked")
-    return launch(fn, args)
+    """Run ``fn(index, *args)`` in ``nprocs`` processes (``xl.launch``)."""
+    return launch(fn, args, nprocs=nprocs, start_method=start_method)

@@ -1,0 +1,123 @@
+"""Multi-process data parallel (``xl.launch``, collectives, ``optimizer_step``): real jobs of
+spawned processes on loopback, ``jax.distributed`` with gloo collectives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import xlacache.lazy as xl
+from tests.lazy import _dist_workers as workers
+from xlacache.lazy.distributed.launch import LaunchError
+from xlacache.stores.local import LocalStore
+
+pytestmark = pytest.mark.xdist_group("distributed")
+
+
+@pytest.mark.slow
+def test_collectives_and_process_names_in_a_two_process_job():
+    r0, r1 = xl.launch(workers.collectives, nprocs=2)
+    for r in (r0, r1):
+        assert r["sum"] == [3.0, 2.0]  # [1, 0] + [2, 2]
+        assert r["max"] == [2.0, 2.0] and r["min"] == [2.0, 0.0]  # min times scale 2
+        assert r["mul"] == [2.0, 0.0]
+        assert r["gather"] == [[1.0, 0.0], [2.0, 2.0]]  # rank order
+        assert r["mesh"] == 10 and r["rdv"] == ["r0", "r1"]
+        assert r["list"] == [[1.0, 1.0], [2.0, 2.0, 2.0]]  # a list is reduced in place
+        assert r["scalar"] == 1.0 and r["flag"] == [True]
+    assert r0["names"] == (2, 0, 0, True) and r1["names"] == (2, 1, 1, False)
+
+
+@pytest.mark.slow
+def test_two_process_training_matches_one_process_on_the_combined_batch():
+    steps, batch = 4, 8
+    alone = xl.launch(workers.train, args=(steps, batch), nprocs=1)  # runs here, world 1
+    assert alone["world"] == 1
+    r0, r1 = xl.launch(workers.train, args=(steps, batch), nprocs=2)
+    assert r0["world"] == 2 and r0["losses"] == r1["losses"]
+    assert alone["losses"][-1] < alone["losses"][0]
+    torch.testing.assert_close(
+        torch.tensor(r0["losses"]), torch.tensor(alone["losses"]), rtol=1e-5, atol=0
+    )
+    for name, value in alone["params"].items():
+        torch.testing.assert_close(r0["params"][name], value, rtol=1e-5, atol=1e-7)
+        assert torch.equal(r0["params"][name], r1["params"][name])  # replicas stay identical
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_stops_the_job_with_a_clear_error(tmp_path):
+    marker = str(tmp_path / "step2-rank")
+    with pytest.raises(LaunchError, match=r"rank 1 was killed by SIGKILL") as info:
+        xl.launch(workers.killed_mid_run, args=(marker,), nprocs=2)
+    assert info.value.rank == 1
+    assert "stopped the other 1 worker" in str(info.value)
+    assert not (tmp_path / "step2-rank1").exists()  # it died before finishing step 2
+
+
+@pytest.mark.slow
+def test_a_worker_exception_is_raised_by_launch():
+    with pytest.raises(LaunchError, match=r"rank 1 raised ValueError: boom on purpose") as info:
+        xl.launch(workers.raise_on_rank_1, nprocs=2)
+    assert "Traceback" in str(info.value)  # the worker's traceback comes along
+
+
+@pytest.mark.slow
+def test_ranks_that_trace_different_collective_graphs_get_an_error_not_a_wrong_sum():
+    # psum over constants would fold to ``constant * world`` on each rank: 0 and 2, not 1
+    with pytest.raises(LaunchError, match=r"graph with collectives differs from rank"):
+        xl.launch(workers.rank_dependent_constant, nprocs=2)
+
+
+def test_launch_runs_in_place_for_one_process_and_checks_nprocs():
+    assert xl.launch(workers.names, nprocs=1) == (0, 1, 0, 1)
+    assert xl.launch(workers.names, debug_single_process=True) == (0, 1, 0, 1)
+    with pytest.raises(ValueError, match="nprocs"):
+        xl.launch(workers.names, nprocs=0)
+
+
+def test_collectives_with_one_process_are_identities():
+    dev = xl.device()
+    t = torch.tensor([1.0, -2.0], device=dev)
+    assert xl.all_reduce("sum", t, scale=0.5).cpu().tolist() == [0.5, -1.0]
+    assert xl.all_gather(t).cpu().tolist() == [1.0, -2.0]
+    ts = [t.clone()]
+    assert xl.all_reduce("max", ts, scale=2.0) is ts and ts[0].cpu().tolist() == [2.0, -4.0]
+    with pytest.raises(ValueError, match="reduce type"):
+        xl.all_reduce("avg", t)
+    assert xl.mesh_reduce("x", 3, sum) == 3 and xl.rendezvous("t", b"p") == [b"p"]
+
+
+def _store_files(root) -> dict[str, tuple[int, int]]:
+    """Every file of a store directory but SQLite's index (the writer counts hits there)."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.startswith("index.sqlite")
+    }
+
+
+@pytest.mark.slow
+def test_a_four_process_job_compiles_each_program_once_and_readers_write_nothing(tmp_path):
+    cache = tmp_path / "shared"
+    LocalStore(cache).close()  # the job's shared directory, made before it starts
+    cold = xl.launch(workers.train, args=(2, 8, str(cache)), nprocs=4)
+    writer, readers = cold[0], cold[1:]
+    programs = writer["stats"]["misses"]  # the lazy graphs, and JAX's own small programs
+    assert programs >= writer["counters"]["UncachedCompile"] >= 3
+    assert writer["stats"]["writes"] >= programs  # executables, and their alias entries
+    for r in readers:  # same keys as rank 0: each program loaded, none compiled or written
+        assert r["counters"]["UncachedCompile"] == 0, r["counters"]
+        assert r["stats"]["misses"] == r["stats"]["writes"] == 0, r["stats"]
+        assert r["stats"]["hits"] == programs and r["stats"]["errors"] == {}
+        assert r["losses"] == writer["losses"]
+    # the store holds exactly what the writer wrote, and no lease is left behind
+    entries = [p for p in (cache / "entries").rglob("*") if p.is_file()]
+    assert len(entries) == writer["stats"]["writes"]
+    assert not [p for p in (cache / "leases").rglob("*") if p.is_file()]
+    # warm: nobody compiles, and nothing in the store changes
+    before = _store_files(cache)
+    warm = xl.launch(workers.train, args=(2, 8, str(cache)), nprocs=4)
+    assert _store_files(cache) == before
+    for r in warm:
+        assert r["counters"]["UncachedCompile"] == 0 and r["stats"]["misses"] == 0, r["stats"]
+        assert r["stats"]["writes"] == 0 and r["losses"] == writer["losses"]

@@ -1,0 +1,136 @@
+"""This process's place in a multi-process job, and ``jax.distributed`` start-up.
+
+A job is described by the environment, as torchrun and ``launch`` set it: ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, and the coordinator's address in
+``XLACACHE_COORDINATOR`` (``launch``), else ``MASTER_ADDR`` and ``MASTER_PORT + 1`` (torchrun's
+own store holds ``MASTER_PORT``). ``start()`` initializes ``jax.distributed`` with bounded
+timeouts; it must run before anything starts JAX's backend.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+AXIS = "xlacache_processes"  # the process mesh's axis name, in every collective's lowering
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"xlacache.lazy: {name}={raw!r} is not an integer") from None
+
+
+def timeout_s(name: str, default: float) -> float:
+    """A timeout from the environment (seconds), ``default`` when unset."""
+    raw = os.environ.get(name, "").strip()
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        raise ValueError(f"xlacache.lazy: {name}={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise ValueError(f"xlacache.lazy: {name} must be positive, got {raw!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Job:
+    rank: int
+    world: int
+    local_rank: int
+    local_world: int
+    coordinator: str | None
+
+
+def job_from_env() -> Job:
+    """The job this process belongs to, from the environment (a single process if unset)."""
+    world = _env_int("WORLD_SIZE", 1)
+    rank = _env_int("RANK", 0)
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"xlacache.lazy: RANK={rank} is not a rank of WORLD_SIZE={world}")
+    local_rank = _env_int("LOCAL_RANK", rank)
+    local_world = _env_int("LOCAL_WORLD_SIZE", world)
+    coordinator = os.environ.get("XLACACHE_COORDINATOR") or None
+    if coordinator is None and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        coordinator = f"{os.environ['MASTER_ADDR']}:{_env_int('MASTER_PORT', 0) + 1}"
+    return Job(rank, world, local_rank, local_world, coordinator)
+
+
+_STARTED: list[Job] = []
+
+
+def start(job: Job) -> None:
+    """Join ``job``'s ``jax.distributed`` runtime (once per process; nothing for one process).
+
+    Bounded: ``XLACACHE_INIT_TIMEOUT`` (60 s) for every process to arrive, and a peer that
+    stops answering aborts the others after ``XLACACHE_HEARTBEAT_TIMEOUT`` (10 s).
+    """
+    if _STARTED:
+        if _STARTED[0] != job:
+            raise RuntimeError("xlacache.lazy: this process already joined another job")
+        return
+    if job.world > 1:
+        if job.coordinator is None:
+            raise RuntimeError(
+                "xlacache.lazy: WORLD_SIZE > 1 but no coordinator address (set "
+                "XLACACHE_COORDINATOR=host:port, or MASTER_ADDR and MASTER_PORT)"
+            )
+        from jax._src import xla_bridge
+
+        if xla_bridge.backends_are_initialized():
+            raise RuntimeError(
+                "xlacache.lazy: JAX's backend started before the multi-process runtime; "
+                "call xl.launch (or start the job) before using the device"
+            )
+        import jax
+
+        host = job.coordinator.rsplit(":", 1)[0]
+        jax.distributed.initialize(
+            job.coordinator,
+            job.world,
+            job.rank,
+            coordinator_bind_address=job.coordinator
+            if host in ("127.0.0.1", "localhost")
+            else None,
+            initialization_timeout=int(timeout_s("XLACACHE_INIT_TIMEOUT", 60)),
+            heartbeat_timeout_seconds=int(timeout_s("XLACACHE_HEARTBEAT_TIMEOUT", 10)),
+            shutdown_timeout_seconds=int(timeout_s("XLACACHE_SHUTDOWN_TIMEOUT", 30)),
+        )
+    _STARTED.append(job)
+
+
+def current() -> Job:
+    """The job this process joined (``start``), else a single process."""
+    return _STARTED[0] if _STARTED else Job(0, 1, 0, 1, None)
+
+
+def client() -> Any:
+    """The coordination service's client (key-value store, barriers) of a running job."""
+    from jax._src.distributed import global_state
+
+    if global_state.client is None:
+        raise RuntimeError("xlacache.lazy: no multi-process job is running")
+    return global_state.client
+
+
+_MESH: list[Any] = []
+
+
+def process_mesh() -> Any:
+    """A 1-D mesh over the job's processes (each process's first device), axis ``AXIS``."""
+    if not _MESH:
+        import jax
+        import numpy as np
+        from jax.sharding import Mesh
+
+        first: dict[int, Any] = {}
+        for d in sorted(jax.devices(), key=lambda d: d.id):
+            first.setdefault(d.process_index, d)
+        devices = np.array([first[p] for p in sorted(first)], dtype=object)
+        _MESH.append(Mesh(devices, (AXIS,)))
+    return _MESH[0]
