@@ -2,8 +2,10 @@
 
 ``python -m tests.lazy._spmd_child SCENARIO CACHE_DIR`` prints one JSON line. Scenarios:
 
-- ``programs``: small programs, each in one barrier: unsharded, sharded over a 1-D mesh of 8
-  (data placement and a constraint), over a 2x4 mesh; values, sharding specs and counters.
+- ``programs:NAME,...``: small programs (``MESHES``), each in one barrier: unsharded, sharded
+  over a 1-D mesh of 8 (data placement and a constraint), over a 2x4 mesh; values, sharding
+  specs and counters of each.
+- ``api``: torch_xla's names (``xr``, ``xs``), annotation errors, constraints on pending values.
 - ``gpt``: a tiny GPT trained a few steps on one device, data-parallel over 8 devices, and
   2-way tensor-parallel x 4-way data-parallel; losses and counters per run.
 """
@@ -11,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import jax
@@ -58,22 +61,94 @@ def program(x: torch.Tensor, w: torch.Tensor, mesh: xl.Mesh | None, spec: tuple)
     }
 
 
-def programs() -> dict:
+MESHES = {
+    "unsharded": (None, ()),
+    "mesh8": (((8,), ("data",)), (("data", None), ("data", None))),
+    "mesh2x4": (((2, 4), ("data", "model")), (("data", None), ("data", "model"))),
+    # both axes of the 2x4 mesh on one dim: x placed as mesh8 places it, h sharded otherwise
+    "mesh2x4_joint": (((2, 4), ("data", "model")), ((("data", "model"), None), (0, 1))),
+}
+
+
+def programs(names: list[str]) -> dict:
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(16, 8, generator=g), torch.randn(8, 24, generator=g)
     xl.metrics.clear_counters()
-    out = {"unsharded": program(x, w, None, ())}
-    out["unsharded_again"] = program(x, w, None, ())
-    mesh8 = xl.Mesh(np.arange(8), (8,), ("data",))
-    out["mesh8"] = program(x, w, mesh8, (("data", None), ("data", None)))
-    out["mesh8_again"] = program(x, w, mesh8, (("data", None), ("data", None)))
-    mesh24 = xl.Mesh(np.arange(8), (2, 4), ("data", "model"))
-    out["mesh2x4"] = program(x, w, mesh24, (("data", None), ("data", "model")))
-    # both axes on one dim: the same devices as mesh8's, in a 2x4 mesh
-    out["mesh2x4_joint"] = program(x, w, mesh24, ((("data", "model"), None), (0, 1)))
-    out["unsharded_after"] = program(x, w, None, ())
+    out: dict = {"runs": []}
+    for name in names:
+        shape, spec = MESHES[name]
+        mesh = None if shape is None else xl.Mesh(np.arange(8), *shape)
+        out["runs"].append({"name": name, **program(x, w, mesh, spec)})
     out["expected"] = (torch.relu(x @ w).sum(1) * 0.5).tolist()
     return out
+
+
+def api() -> dict:
+    """torch_xla's names (compat) and the errors of bad annotations."""
+    from xlacache.lazy.compat import runtime as xr
+    from xlacache.lazy.compat.distributed import spmd as xs
+
+    out: dict = {"is_spmd_before": xr.is_spmd()}
+    xr.use_spmd()
+    out["is_spmd"] = xr.is_spmd()
+    out["devices"] = xr.global_runtime_device_count()
+    mesh = xs.Mesh(np.arange(8), (2, 4), ("x", "y"))
+    out["mesh"] = [mesh.size(), list(mesh.shape().items()), mesh.get_logical_mesh().tolist()]
+    errors = {}
+    t = torch.ones(4, 8, device=xl.device())
+    bad = {
+        "rank": lambda: xs.mark_sharding(t, mesh, ("x",)),
+        "axis": lambda: xs.mark_sharding(t, mesh, ("z", None)),
+        "index": lambda: xs.mark_sharding(t, mesh, (5, None)),
+        "twice": lambda: xs.mark_sharding(t, mesh, ("x", "x")),
+        "cpu": lambda: xs.mark_sharding(torch.ones(4, 8), mesh, ("x", None)),
+        "size": lambda: xs.Mesh(np.arange(8), (3, 3)),
+        "ids": lambda: xs.Mesh(np.arange(8) + 4, (8,)),
+    }
+    for name, fn in bad.items():
+        try:
+            fn()
+            errors[name] = None
+        except (ValueError, TypeError) as e:
+            errors[name] = str(e)
+    out["errors"] = errors
+    a = torch.arange(32.0).view(4, 8).to(xl.device())
+    xs.mark_sharding(a, mesh, ("x", "y"))
+    out["data_spec"] = xl.sharding_spec(a)
+    b = a * 2
+    xs.mark_sharding(b, mesh, (None, ("x", "y")))  # a pending value: a constraint
+    c = b + 1
+    xl.sync()
+    out["constraint_spec"] = xl.sharding_spec(b)
+    out["values"] = [
+        b.cpu().tolist(),
+        c.cpu().tolist(),
+        (torch.arange(32.0).view(4, 8) * 2).tolist(),
+    ]
+    xs.clear_sharding(a)
+    out["cleared_spec"] = xl.sharding_spec(a)
+    return out
+
+
+def mixed() -> dict:
+    """One-device data (from an unsharded graph: loaded by alias in a warm process, so placed
+    on device 0) meeting sharded data in one graph."""
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(16, 8, generator=g), torch.randn(8, 8, generator=g)
+    dev = xl.device()
+    a = x.to(dev) * 3.0 + 1.0
+    xl.sync()
+    leaf = a._v[0]
+    placement = [str(leaf.data.sharding), leaf.data.committed]
+    if os.environ.get("SPMD_CHILD_COMMIT"):  # no public path makes one: the safety net
+        leaf.data = jax.device_put(leaf.data, jax.devices()[0])
+    mesh = xl.Mesh(np.arange(8), (8,), ("data",))
+    wd = w.to(dev)
+    xl.mark_sharding(wd, mesh, (None, "data"))
+    y = a @ wd
+    xl.sync()
+    ok = torch.allclose(y.cpu(), (x * 3.0 + 1.0) @ w, rtol=1e-5, atol=1e-5)
+    return {"placement": placement, "ok": ok, "spec": xl.sharding_spec(y), "counters": counters()}
 
 
 def train(mode: str, steps: int = 3) -> dict:
@@ -115,8 +190,12 @@ def main(scenario: str, cache_dir: str) -> None:
     if cache_dir != "-":
         xlacache.initialize_cache(cache_dir, min_compile_seconds=0)
     assert jax.device_count() == 8, jax.devices()
-    if scenario == "programs":
-        out = programs()
+    if scenario.startswith("programs:"):
+        out = programs(scenario.split(":", 1)[1].split(","))
+    elif scenario == "mixed":
+        out = mixed()
+    elif scenario == "api":
+        out = api()
     else:
         out = {mode: train(mode) for mode in ("single", "dp", "tp")}
     out["stats"] = {k: v for k, v in xlacache.stats().items() if isinstance(v, int)}
