@@ -154,7 +154,7 @@ def mixed() -> dict:
 def train(mode: str, steps: int = 3) -> dict:
     torch.manual_seed(0)
     dev = xl.device()
-    model = GPT(vocab=64, d=32, heads=4, layers=2, seq=16).to(dev)
+    model = GPT(vocab=32, d=16, heads=2, layers=1, seq=8).to(dev)
     mesh = None
     if mode == "dp":
         mesh = xl.Mesh(np.arange(8), (8,), ("data",))
@@ -172,12 +172,12 @@ def train(mode: str, steps: int = 3) -> dict:
     losses = []
     for step in range(steps):
         g = torch.Generator().manual_seed(step)
-        idx = torch.randint(0, 64, (8, 16), generator=g).to(dev)
+        idx = torch.randint(0, 32, (8, 8), generator=g).to(dev)
         if mesh is not None:
             xl.mark_sharding(idx, mesh, ("data", None))
         opt.zero_grad()
         logits = model(idx)
-        loss = F.cross_entropy(logits.view(-1, 64), torch.roll(idx, -1, 1).view(-1))
+        loss = F.cross_entropy(logits.view(-1, 32), torch.roll(idx, -1, 1).view(-1))
         loss.backward()
         opt.step()
         xl.sync()
