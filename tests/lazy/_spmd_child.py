@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import jax
 
+REPO = Path(__file__).resolve().parents[2]
 jax.config.update("jax_num_cpu_devices", 8)
 
 import numpy as np  # noqa: E402
@@ -27,6 +29,9 @@ import torch.nn.functional as F  # noqa: E402
 import xlacache  # noqa: E402
 import xlacache.lazy as xl  # noqa: E402
 from tests.lazy.models import GPT  # noqa: E402
+
+sys.path.insert(0, str(REPO / "examples"))
+from spmd_gpt import shard_gpt  # noqa: E402
 
 NAMES = (
     "UncachedCompile",
@@ -160,14 +165,7 @@ def train(mode: str, steps: int = 3) -> dict:
         mesh = xl.Mesh(np.arange(8), (8,), ("data",))
     elif mode == "tp":
         mesh = xl.Mesh(np.arange(8), (4, 2), ("data", "model"))
-        for blk in model.blocks:  # Megatron-style: column-parallel in, row-parallel out
-            xl.mark_sharding(blk.qkv.weight, mesh, ("model", None))
-            xl.mark_sharding(blk.qkv.bias, mesh, ("model",))
-            xl.mark_sharding(blk.proj.weight, mesh, (None, "model"))
-            xl.mark_sharding(blk.mlp[0].weight, mesh, ("model", None))
-            xl.mark_sharding(blk.mlp[0].bias, mesh, ("model",))
-            xl.mark_sharding(blk.mlp[2].weight, mesh, (None, "model"))
-        xl.mark_sharding(model.head.weight, mesh, ("model", None))  # tied to the embedding
+        shard_gpt(model, mesh)  # the example's Megatron-style tensor parallelism
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     losses = []
     for step in range(steps):
