@@ -150,4 +150,15 @@ class Program:
         device = self.device
         bufs = [a if isinstance(a, jax.Array) else jax.device_put(a, device) for a in args]
         results = self.executable.execute_sharded(bufs)
-        return [shards[0] for shards in results.disassemble_into_single_device_arrays()]
+        outs = [shards[0] for shards in results.disassemble_into_single_device_arrays()]
+        if any(isinstance(a, jax.Array) and a.committed for a in args):
+            return outs
+        return [_uncommitted(o) for o in outs]  # as jit: uncommitted inputs, uncommitted results
+
+
+def _uncommitted(a: Any) -> Any:
+    """``a`` (no copy) as an array JAX may still move, like a jit result of uncommitted
+    inputs; a later multi-device program then places it as it would place the jit's."""
+    from jax._src import array
+
+    return array.ArrayImpl(a.aval, a.sharding, [a], committed=False, _skip_checks=True)

@@ -67,6 +67,16 @@ from .runtime import (  # noqa: E402
     rendezvous,
     world_size,
 )
+from .spmd.mesh import (  # noqa: E402 - SPMD sharding (torch_xla.distributed.spmd)
+    Mesh,
+    clear_sharding,
+    get_global_mesh,
+    is_spmd,
+    mark_sharding,
+    set_global_mesh,
+    sharding_spec,
+    use_spmd,
+)
 from .steps import RateTracker, SampleGenerator, add_step_closure, compile  # noqa: E402
 from .tensor import LazyTensor  # noqa: E402
 
@@ -78,6 +88,7 @@ _autocast.install()
 
 __all__ = [
     "LazyTensor",
+    "Mesh",
     "MpDeviceLoader",
     "ParallelLoader",
     "RateTracker",
@@ -88,17 +99,21 @@ __all__ = [
     "all_reduce",
     "broadcast_master_param",
     "clear_compiled_cache",
+    "clear_sharding",
     "compile",
     "compiled_cache_size",
     "device",
     "device_type",
+    "get_global_mesh",
     "get_rng_state",
     "global_ordinal",
     "is_lazy",
     "is_master_ordinal",
+    "is_spmd",
     "launch",
     "local_ordinal",
     "manual_seed",
+    "mark_sharding",
     "mark_step",
     "master_print",
     "mesh_reduce",
@@ -108,9 +123,12 @@ __all__ = [
     "reduce_gradients",
     "rendezvous",
     "save",
+    "set_global_mesh",
     "set_rng_state",
+    "sharding_spec",
     "short_metrics_report",
     "sync",
+    "use_spmd",
     "wait_device_ops",
     "world_size",
     "xla_device",

@@ -34,6 +34,7 @@ from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, plac
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, jax_dtype, lower_random
 from .record import value
+from .spmd import placement as spmd
 from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors, restore_gc
 from .transfer import to_host
 
@@ -312,7 +313,9 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
             wiring.append(k)
         wiring.append(len(donated))
         wiring.extend(donated)
-        key = graph_key(digests, wiring)
+        # SPMD (spmd/placement.py): input placements are part of the key; None until used
+        placements = spmd.graph_inputs(arrays, leaf_nodes, order)
+        key = graph_key(digests, wiring, placements)
         metrics.metric_add("GraphBuildTime", time.perf_counter_ns() - t_start)
         sc = np.asarray(scalars, dtype=np.float32)
         exe = EXECUTABLES.get(key)
@@ -349,9 +352,12 @@ def _compile(
     # executable without lowering the graph (``xlacache.executables``).
     signature = _signature(arrays, scalars, outs, donated)
     # multi-process: a graph with a collective is one program over the process mesh
-    # (``distributed/program.py``); it is not loaded by alias (aliases are single-device)
+    # (``distributed/program.py``); it and sharded graphs are not loaded by alias (an
+    # alias loads a one-device program)
     procs = process_program(order, key)
-    alias = None if procs else executables.alias_key(key, lowering_fingerprint())
+    alias = None
+    if procs is None and not spmd.is_sharded_graph(arrays, order):
+        alias = executables.alias_key(key, lowering_fingerprint())
     if alias is not None:
         t0 = time.perf_counter_ns()
         program = executables.load(alias, signature)

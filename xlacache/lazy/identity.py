@@ -165,9 +165,12 @@ def encode_avals(avals: tuple) -> str:
     )
 
 
-def graph_key(digests: list[bytes], ints: list[int]) -> bytes:
-    """A graph's identity: node digests in post-order plus the wiring/outputs/donation ints."""
+def graph_key(digests: list[bytes], ints: list[int], placements: bytes | None = None) -> bytes:
+    """A graph's identity: node digests in post-order plus the wiring/outputs/donation ints,
+    and with SPMD in use, the digest of its inputs' placements (``spmd.placement``)."""
     h = blake2b(digest_size=DIGEST_SIZE)
+    if placements is not None:
+        h.update(b"spmd:" + placements)
     h.update(b"xlacache.lazy.graph/%d/%d" % (FORMAT, len(digests)))
     h.update(b"".join(digests))
     wiring = array("q", ints)

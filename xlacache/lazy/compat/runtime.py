@@ -6,9 +6,11 @@ import os
 
 import xlacache
 from xlacache.lazy import device_type, global_ordinal, local_ordinal, world_size
+from xlacache.lazy.spmd import mesh as _spmd
 
 __all__ = [
     "addressable_device_count",
+    "addressable_runtime_device_count",
     "device_type",
     "global_device_count",
     "global_ordinal",
@@ -46,19 +48,20 @@ def addressable_device_count() -> int:
 
 
 def global_runtime_device_count() -> int:
-    return world_size()
+    """The devices SPMD can shard over (all of this process's: ``jax.devices()``)."""
+    return _spmd.device_count()
+
+
+def addressable_runtime_device_count() -> int:
+    return _spmd.device_count()
 
 
 def using_pjrt() -> bool:
     return True
 
 
-def is_spmd() -> bool:
-    return False
-
-
-def use_spmd(auto: bool = False) -> None:
-    raise NotImplementedError("xlacache.lazy does not support SPMD sharding")
+is_spmd = _spmd.is_spmd
+use_spmd = _spmd.use_spmd
 
 
 def initialize_cache(path: str | os.PathLike, readonly: bool = False) -> None:
