@@ -28,7 +28,7 @@ import torch
 from . import metrics, rng
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key
-from .lowering import LOWERINGS, jax_dtype, lower_random
+from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
 from .record import value
 from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors
 from .transfer import to_host
@@ -197,7 +197,7 @@ def _fix(r: Any, aval: Any, name: str) -> Any:
     if jdt is None:
         jdt = _NP_DTYPES[dtype] = np.dtype(jax_dtype(dtype))
     if r.dtype != jdt:
-        r = r.astype(jdt)
+        r = cast(r, jdt)
     if r.shape != shape:
         if r.size == int(np.prod(shape)):
             r = r.reshape(shape)
@@ -297,7 +297,8 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
         else:
             metrics.counter_inc("CachedCompile")
         t0 = time.perf_counter_ns()
-        results = exe.compiled(*arrays, sc)
+        with x64():
+            results = exe.compiled(*arrays, sc)
         metrics.metric_add("ExecuteTime", time.perf_counter_ns() - t0)
         metrics.counter_inc("ExecuteComputation")
         new_nodes = [data_node(r, n.avals[k][1]) for r, (n, k) in zip(results, outs, strict=True)]
@@ -325,7 +326,7 @@ def _compile(
         t0 = time.perf_counter_ns()
         fn = _build(order, pos, outs)
         jitted = jax.jit(fn, donate_argnums=donated)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), x64():
             warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
             lowered = jitted.lower(*arrays, scalars)
             t1 = time.perf_counter_ns()

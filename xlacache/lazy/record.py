@@ -91,12 +91,25 @@ def _scatter_into(f: Any, rest: tuple, kw: dict, base: Any, new: LazyTensor) -> 
         else:
             d0, d1 = 0, max(ndim - 1, 0)
         return record(aten.transpose.int, (new, d0, d1), {})
+    inverse = _INVERSES.get(name)
+    if inverse is not None:
+        return record(inverse, (new,), {})
+    if name in ("real", "imag"):
+        other = record(aten.imag.default if name == "real" else aten.real.default, (base,), {})
+        parts = (new, other) if name == "real" else (other, new)
+        return record(aten.complex.default, parts, {})
     scatter = _SCATTERS.get(name)
     if scatter is not None:
         return record(scatter, (base, new, *rest), kw)
     raise NotImplementedError(f"xlacache.lazy: in-place write through a view made by {f}")
 
 
+_INVERSES = {  # view ops whose inverse is one op on the new value
+    "view_as_real": aten.view_as_complex.default,
+    "view_as_complex": aten.view_as_real.default,
+    "_conj": aten._conj.default,
+    "_neg_view": aten._neg_view.default,
+}
 _SCATTERS = {
     "select": aten.select_scatter.default,
     "slice": aten.slice_scatter.default,
@@ -135,12 +148,13 @@ def _scalar_args(func: Any) -> tuple[frozenset[int], frozenset[str]]:
 class _Ctx:
     """The inputs of the node being recorded, each value once."""
 
-    __slots__ = ("func", "inputs", "keys")
+    __slots__ = ("func", "inputs", "keys", "dyn")
 
     def __init__(self, func: Any) -> None:
         self.func = func
         self.inputs: list[tuple[Node, int]] = []
         self.keys: dict[tuple[int, int], int] = {}
+        self.dyn = False  # a Python float became a (float32) graph input
 
     def add(self, v: tuple[Node, int]) -> Placeholder:
         k = (id(v[0]), v[1])
@@ -156,7 +170,7 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
     if isinstance(x, LazyTensor):
         return ctx.add(value(x)), x._meta
     if isinstance(x, torch.Tensor):
-        if x.dim() == 0 and x.device.type == "cpu" and x.dtype.is_floating_point:
+        if x.dim() == 0 and x.device.type == "cpu" and x.dtype in _F32_EXACT:
             return ctx.add((scalar_node(x.item()), 0)), torch.empty(
                 (), dtype=x.dtype, device="meta"
             )
@@ -170,6 +184,7 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
         pairs = [_convert(e, ctx, False) for e in x]
         return tuple(p[0] for p in pairs), type(x)(p[1] for p in pairs)
     if dyn and type(x) is float:
+        ctx.dyn = True
         return ctx.add((scalar_node(x), 0)), x
     if type(x) is Cell:
         return ctx.add(value(x)), x._meta
@@ -177,6 +192,11 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
         return None, torch.device("meta")
     return x, x
 
+
+# 0-dim CPU tensors of these dtypes become float32 graph inputs (exactly); float64 ones are data
+_F32_EXACT = frozenset((torch.float32, torch.float16, torch.bfloat16))
+# scalar graph inputs are float32: an op on these dtypes gets its Python floats as constants
+_WIDE = frozenset((torch.float64, torch.complex128))
 
 # ops that take CPU tensors along with xla ones in eager PyTorch too (index tensors and values)
 _CPU_TENSORS_OK = {
@@ -196,15 +216,17 @@ def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
     )
 
 
-def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True) -> Any:
+def record(
+    func: Any, args: tuple, kwargs: dict, as_view: bool = True, static: bool = False
+) -> Any:
     """Record ``func`` as one IR node and return lazy tensors for its outputs.
 
     The output of a view op on a lazy tensor is tracked as a view of that tensor's storage
     (``as_view=False``: a plain value). Raises ``identity.UnencodableAttribute`` for an
-    attribute that cannot be keyed exactly.
+    attribute that cannot be keyed exactly. ``static``: Python floats stay constants.
     """
     ctx = _Ctx(func)
-    spos, snames = _scalar_args(func)
+    spos, snames = (_NONE, _NONE) if static else _scalar_args(func)
     targs, margs = [], []
     for i, a in enumerate(args):
         t, m = _convert(a, ctx, i in spos)
@@ -222,6 +244,8 @@ def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True) -> Any:
     if hit is None:
         hit = _META_CACHE[ck] = _infer(func, margs, mkw, akey)
     mout, avals, prefix = hit
+    if ctx.dyn and _wide(ctx, avals):  # float64 math: its Python floats stay exact constants
+        return record(func, args, kwargs, as_view, static=True)
     node = Node(func, tuple(ctx.inputs), attrs, avals, func=func, prefix=prefix)
     if isinstance(mout, torch.Tensor):
         out = wrap(mout, (node, 0))
@@ -232,6 +256,16 @@ def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True) -> Any:
         return out
     wrapped = [None if o is None else wrap(o, (node, i)) for i, o in enumerate(mout)]
     return wrapped if isinstance(mout, list) else tuple(wrapped)
+
+
+_NONE: frozenset = frozenset()
+
+
+def _wide(ctx: _Ctx, avals: tuple) -> bool:
+    """Does the op read or write float64/complex128 values?"""
+    return any(n.avals[i][1] in _WIDE for n, i in ctx.inputs) or any(
+        a is not None and a[1] in _WIDE for a in avals
+    )
 
 
 def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, tuple, bytes]:

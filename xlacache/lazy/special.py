@@ -131,9 +131,13 @@ def _bn_with_update(args: tuple, kwargs: dict) -> Any:
     return out[:4]
 
 
-@special(aten.native_batch_norm.default)
+@special(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
 def _native_bn(args: tuple, kwargs: dict) -> Any:
     x, w, b, rm, rv, training, momentum, eps = args[:8]
     if training and rm is not None:
         return _bn_with_update((x, w, b, rm, rv, momentum, eps), {})[:3]
-    return record(aten.native_batch_norm.default, args, kwargs)
+    out = record(aten.native_batch_norm.default, args[:8], {})
+    if training or rm is None:
+        return out
+    empty = record(aten.new_zeros.default, (out[1], [0]), {})  # as eager: no saved statistics
+    return out[0], empty, empty

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
+from .dtypes import cast
 from .registry import as_shape, jdt, reg
 
 aten = torch.ops.aten
@@ -41,7 +42,7 @@ reg(aten.fill.Scalar, aten.fill.Tensor)(
     lambda x, v: jnp.broadcast_to(jnp.asarray(v, x.dtype), x.shape)
 )
 reg(aten.zero.default)(lambda x: jnp.zeros_like(x))
-reg(aten._to_copy.default)(lambda x, dtype=None, **kw: x if dtype is None else x.astype(jdt(dtype)))
+reg(aten._to_copy.default)(lambda x, dtype=None, **kw: x if dtype is None else cast(x, jdt(dtype)))
 
 
 @reg(aten.arange.default, aten.arange.start, aten.arange.start_step)

@@ -9,7 +9,7 @@ from typing import Any
 import jax.numpy as jnp
 import torch
 
-from .registry import norm_dim, reg
+from .registry import norm_dim, reg, scalar_as_vector
 
 aten = torch.ops.aten
 
@@ -111,3 +111,13 @@ def _embedding_bwd(g: Any, idx: Any, num_weights: int, padding_idx: int, scale: 
         cnt = jnp.zeros((num_weights,), gg.dtype).at[flat].add(1)
         gg = gg / cnt[flat][:, None]
     return jnp.zeros((num_weights, d), gg.dtype).at[flat].add(gg)
+
+
+scalar_as_vector(
+    aten.index_select.default,
+    aten.gather.default,
+    aten.scatter.src,
+    aten.scatter.value,
+    aten.scatter_add.default,
+    aten.scatter_reduce.two,
+)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .registry import norm_dim, reg, upcast
+from .registry import norm_dim, reg, scalar_as_vector, upcast
 
 aten = torch.ops.aten
 
@@ -190,4 +190,11 @@ def _nll_bwd(g: Any, x: Any, t: Any, w: Any, reduction: int, ignore: int, total:
 
 reg(aten.mse_loss.default)(
     lambda a, b, reduction=1: [lambda d: d, jnp.mean, jnp.sum][reduction](jnp.square(a - b))
+)
+
+scalar_as_vector(
+    aten._softmax.default,
+    aten._log_softmax.default,
+    aten._softmax_backward_data.default,
+    aten._log_softmax_backward_data.default,
 )

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .registry import jdt, norm_dim, norm_dims, reg, upcast
+from .registry import jdt, norm_dim, norm_dims, reg, scalar_as_vector, upcast
 
 aten = torch.ops.aten
 
@@ -103,6 +103,8 @@ def _vnorm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, dtype: 
         return jnp.sum(a, ax, keepdims=keepdim)
     if ord == math.inf:
         return jnp.max(a, ax, keepdims=keepdim)
+    if ord == -math.inf:
+        return jnp.min(a, ax, keepdims=keepdim)
     if ord == 0:
         return jnp.sum(a != 0, ax, keepdims=keepdim).astype(a.dtype)
     return jnp.sum(a**ord, ax, keepdims=keepdim) ** (1.0 / ord)
@@ -125,3 +127,30 @@ def _topk(x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = Tr
     v, i = lax.top_k(xm if largest else -xm, k)
     v = v if largest else -v
     return jnp.moveaxis(v, -1, ax), jnp.moveaxis(i, -1, ax)
+
+
+scalar_as_vector(
+    aten.sum.dim_IntList,
+    aten.mean.dim,
+    aten.prod.dim_int,
+    aten.amax.default,
+    aten.amin.default,
+    aten.max.dim,
+    aten.min.dim,
+    aten.argmax.default,
+    aten.argmin.default,
+    aten.any.dim,
+    aten.any.dims,
+    aten.all.dim,
+    aten.all.dims,
+    aten.var.correction,
+    aten.std.correction,
+    aten.var_mean.correction,
+    aten.logsumexp.default,
+    aten.cumsum.default,
+    aten.cumprod.default,
+    aten.linalg_vector_norm.default,
+    aten.sort.default,
+    aten.sort.stable,
+    aten.topk.default,
+)

@@ -1,4 +1,4 @@
-"""The lowering table (aten op -> JAX function), its dtype map and helpers shared by op families."""
+"""The lowering table (aten op -> JAX function) and helpers shared by op families."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 import jax.numpy as jnp
 import torch
+
+from .dtypes import jax_dtype
 
 aten = torch.ops.aten
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
@@ -17,29 +19,6 @@ STATIC_SCALAR_OPS = {
     aten.linalg_vector_norm.default,
     aten.nan_to_num.default,
 }
-
-_DTYPES = {
-    torch.float32: jnp.float32,
-    torch.float64: jnp.float32,  # x64 is off: float64 is stored as float32
-    torch.float16: jnp.float16,
-    torch.bfloat16: jnp.bfloat16,
-    torch.int64: jnp.int32,  # likewise int64 as int32
-    torch.int32: jnp.int32,
-    torch.int16: jnp.int16,
-    torch.int8: jnp.int8,
-    torch.uint8: jnp.uint8,
-    torch.bool: jnp.bool_,
-    torch.uint32: jnp.uint32,
-    torch.complex64: jnp.complex64,
-}
-
-
-def jax_dtype(dtype: torch.dtype) -> Any:
-    try:
-        return _DTYPES[dtype]
-    except KeyError:
-        raise TypeError(f"xlacache.lazy: dtype {dtype} is not supported on the device") from None
-
 
 Fn = Callable[..., Any]
 
@@ -90,3 +69,18 @@ def as_shape(size: Any) -> tuple[int, ...]:
 
 def scaled(b: Any, alpha: Any) -> Any:
     return b if isinstance(alpha, int) and alpha == 1 else b * alpha
+
+
+def scalar_as_vector(*ops: Any) -> None:
+    """Lower ``ops`` on a 0-d first input as on a 1-element vector (torch accepts dims 0 and -1
+    of a 0-d tensor); the executor reshapes the results to the shapes torch predicted."""
+    for op in ops:
+        fn = LOWERINGS[op]
+
+        def lowered(x: Any, *args: Any, _fn: Fn = fn, **kw: Any) -> Any:
+            if getattr(x, "ndim", None) != 0:
+                return _fn(x, *args, **kw)
+            vec = [a.reshape(1) if getattr(a, "ndim", None) == 0 else a for a in args]
+            return _fn(x.reshape(1), *vec, **kw)
+
+        LOWERINGS[op] = lowered
