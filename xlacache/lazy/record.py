@@ -216,9 +216,7 @@ def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
     )
 
 
-def record(
-    func: Any, args: tuple, kwargs: dict, as_view: bool = True, static: bool = False
-) -> Any:
+def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True, static: bool = False) -> Any:
     """Record ``func`` as one IR node and return lazy tensors for its outputs.
 
     The output of a view op on a lazy tensor is tracked as a view of that tensor's storage
