@@ -19,6 +19,7 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``linalg``          matrix products
 ``nn``              softmax, layer/batch norm, losses
 ``conv``            convolution and pooling
+``special_fns``     gamma/erf/Bessel/zeta families, orthogonal polynomials
 ``spectral``        complex numbers (``complex``, ``polar``, real/complex views), FFTs
 ``random``          random draws (``lower_random``; not in the table: one ``random`` node)
 ==================  ==============================================================
@@ -39,6 +40,7 @@ from . import (  # noqa: F401
     nn,
     reductions,
     shapes,
+    special_fns,
     spectral,
 )
 from .dtypes import BIT_VIEWS, cast, jax_dtype, x64

@@ -4,6 +4,7 @@ ops, the backward ones as ``jax.vjp`` of the forward lowering.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -176,9 +177,15 @@ def _maxpool_idx(
 def _maxpool_bwd(
     nd: int, g: Any, x: Any, k: Any, s: Any, p: Any, d: Any, ceil: bool, idx: Any
 ) -> Any:
-    k, s, p, d = _norm_pool_args(k, s, p, d, nd)
-    _, f = jax.vjp(lambda x: _maxpool(x, k, s, p, d, ceil), x)
-    return f(g.astype(x.dtype))[0]
+    """Each output's gradient goes to the input element the forward picked (its index), as
+    eager does: exact on ties and with any dilation."""
+    lead = x.shape[: x.ndim - nd]
+    batch = math.prod(lead)
+    gl = upcast(g).reshape(batch, -1)
+    il = idx.reshape(batch, -1)
+    out = jnp.zeros((batch, math.prod(x.shape[len(lead) :])), gl.dtype)
+    out = out.at[jnp.arange(batch)[:, None], il].add(gl)
+    return out.reshape(x.shape).astype(x.dtype)
 
 
 for _nd, _fw, _bw in [

@@ -18,8 +18,10 @@ from .registry import reg
 
 aten = torch.ops.aten
 
-reg(aten.complex.default)(lambda re, im: lax.complex(re, im))
-reg(aten.polar.default)(lambda r, th: lax.complex(r * jnp.cos(th), r * jnp.sin(th)))
+reg(aten.complex.default)(lambda re, im: lax.complex(*jnp.broadcast_arrays(re, im)))
+reg(aten.polar.default)(
+    lambda r, th: lax.complex(*jnp.broadcast_arrays(r * jnp.cos(th), r * jnp.sin(th)))
+)
 reg(aten.view_as_real.default)(lambda x: jnp.stack([jnp.real(x), jnp.imag(x)], axis=-1))
 reg(aten.view_as_complex.default)(lambda x: lax.complex(x[..., 0], x[..., 1]))
 reg(aten._conj.default, aten.conj_physical.default, aten._conj_physical.default)(jnp.conj)

@@ -1,0 +1,217 @@
+"""PyTorch's operator database (``op_db``) run on the lazy device: the conformance harness.
+
+Shared by ``tests/lazy/test_opinfo.py`` (the suite) and ``benchmarks/opinfo_conformance.py``
+(the table). For one OpInfo and one mode (``float32``, ``float32-grad``, ``bfloat16``,
+``int64``, ``bool``) it takes the op's first few sample inputs (CPU, seeded), runs the op
+eagerly on CPU and on the lazy device, and compares with ``torch.testing.assert_close``:
+
+``native``    every sample matches and no op ran on the CPU fallback
+``fallback``  every sample matches, some op ran on the CPU fallback (``aten::<op>`` counters)
+``wrong``     a sample gives a different result: never acceptable
+``error``     the device raised where eager did not
+``skip``      nothing to compare (no sample eager can run; output random or uninitialized)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+import xlacache.lazy as xl
+from xlacache.lazy import metrics
+
+warnings.filterwarnings("ignore", category=UserWarning)
+from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+
+DEV = xl.device()
+MODES = {
+    # mode: (dtype, backward, samples per op)
+    "float32": (torch.float32, False, 3),
+    "float32-grad": (torch.float32, True, 2),
+    "bfloat16": (torch.bfloat16, False, 2),
+    "int64": (torch.int64, False, 2),
+    "bool": (torch.bool, False, 2),
+}
+# outputs of uninitialized memory: nothing to compare (random outputs are found by running eager
+# with two seeds)
+UNINITIALIZED = {
+    "empty",
+    "empty_like",
+    "empty_permuted",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+}
+
+
+# arguments eager requires on the CPU whatever the device (positions in ``args``)
+CPU_ARGS = {"tensor_split": {0}}
+
+
+def op_id(op: Any) -> str:
+    return op.name + (f".{op.variant_test_name}" if op.variant_test_name else "")
+
+
+def ops_by_id() -> dict[str, Any]:
+    return {op_id(op): op for op in op_db}
+
+
+def supports(op: Any, mode: str) -> bool:
+    dtype, backward, _ = MODES[mode]
+    if dtype not in op.supported_dtypes("cpu"):
+        return False
+    return not backward or (op.supports_autograd and dtype in op.supported_backward_dtypes("cpu"))
+
+
+@dataclass
+class Outcome:
+    status: str
+    detail: str = ""
+    samples: int = 0
+
+
+def _samples(op: Any, mode: str) -> Iterator[Any]:
+    dtype, backward, n = MODES[mode]
+    torch.manual_seed(0)
+    return islice(op.sample_inputs("cpu", dtype, requires_grad=backward), n)
+
+
+def _to_dev(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        t = x.detach().to(DEV)
+        return t.requires_grad_() if x.requires_grad else t
+    if isinstance(x, torch.device) and x.type == "cpu":
+        return DEV
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_dev(e) for e in x)
+    if isinstance(x, dict):
+        return {k: ("xla" if k == "device" and v == "cpu" else _to_dev(v)) for k, v in x.items()}
+    return x
+
+
+def _device_sample(op: Any, base: tuple) -> tuple:
+    inp, args, kwargs = _to_dev(_clone(base))
+    keep = CPU_ARGS.get(op.name, ())
+    args = tuple(_clone(base[1][i]) if i in keep else a for i, a in enumerate(args))
+    return inp, args, kwargs
+
+
+def _clone(x: Any) -> Any:
+    """A copy of the sample's tensors (in-place ops must not change the other run's input)."""
+    if isinstance(x, torch.Tensor):
+        t = x.detach().clone()
+        return t.requires_grad_() if x.requires_grad else t
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone(e) for e in x)
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    return x
+
+
+def _grad_inputs(args: Any) -> list[torch.Tensor]:
+    return [t for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
+def _run(op: Any, sample: Any, backward: bool, out_fn: Any) -> Any:
+    inp, args, kwargs = sample
+    out = op(inp, *args, **kwargs)
+    if not backward:
+        return out
+    ins = _grad_inputs((inp, args, kwargs))
+    outs = [
+        o
+        for o in pytree.tree_leaves(out_fn(out))
+        if isinstance(o, torch.Tensor) and o.requires_grad
+    ]
+    if not outs or not ins:
+        return None
+    torch.manual_seed(1)
+    gos = [torch.randn(o.shape, dtype=o.dtype).to(o.device) for o in outs]
+    grads = torch.autograd.grad(outs, ins, gos, allow_unused=True)
+    return [out, list(grads)]
+
+
+def _host(x: Any) -> Any:
+    return pytree.tree_map(
+        lambda t: t.detach().cpu() if isinstance(t, xl.LazyTensor) else t,
+        x,
+        is_leaf=lambda t: isinstance(t, torch.Tensor),
+    )
+
+
+def _fallbacks() -> dict[str, int]:
+    """The CPU-fallback counters (``aten::<op>``) by name."""
+    return {
+        n: metrics.counter_value(n) or 0
+        for n in metrics.counter_names()
+        if n.startswith(("aten::", "prims::"))
+    }
+
+
+def compare(actual: Any, expected: Any) -> None:
+    """``assert_close`` (NaNs equal, dtypes exact); a float mismatch gets a second look
+    against a float64 reference is done by the caller."""
+    torch.testing.assert_close(
+        actual, expected, equal_nan=True, check_device=False, check_stride=False, check_layout=False
+    )
+
+
+def _eager(op: Any, base: tuple, backward: bool, out_fn: Any) -> Any:
+    """The eager CPU result; raises for a sample whose result depends on the RNG seed (also
+    for ops that seed the RNG themselves, as OpInfo's ``wrapper_set_seed`` does)."""
+    results = []
+    seed = torch.manual_seed
+    for shift in (0, 1):
+        torch.manual_seed = lambda s, _k=shift: seed(s + _k)
+        try:
+            torch.manual_seed(0)
+            results.append(_run(op, _clone(base), backward, out_fn))
+        finally:
+            torch.manual_seed = seed
+    compare(results[1], results[0])
+    return results[0]
+
+
+def check_op(op: Any, mode: str) -> Outcome:
+    """Run ``op``'s samples for ``mode`` on CPU and on the device and classify the result."""
+    _, backward, _ = MODES[mode]
+    if op.name in UNINITIALIZED:
+        return Outcome("skip", "uninitialized output")
+    try:
+        samples = list(_samples(op, mode))
+    except Exception as e:  # noqa: BLE001 - the op's own sample generator
+        return Outcome("skip", f"no samples: {type(e).__name__}: {e}")
+    worst, used = "native", 0
+    fell: set[str] = set()
+    for s in samples:
+        base = (s.input, s.args, s.kwargs)
+        try:
+            expected = _eager(op, base, backward, s.output_process_fn_grad)
+        except Exception:  # noqa: BLE001 - a sample eager cannot run, or a random one
+            continue
+        used += 1
+        before = _fallbacks()
+        try:
+            actual = _host(_run(op, _device_sample(op, base), backward, s.output_process_fn_grad))
+        except Exception as e:  # noqa: BLE001 - classified, not raised
+            return Outcome("error", f"{type(e).__name__}: {str(e)[:300]}", used)
+        finally:
+            xl.sync()
+        try:
+            compare(actual, expected)
+        except AssertionError as e:
+            return Outcome("wrong", f"{s.summary() if hasattr(s, 'summary') else s}: {e}", used)
+        after = _fallbacks()
+        ran = sorted(n for n, v in after.items() if v > before.get(n, 0))
+        if ran:
+            worst = "fallback"
+            fell.update(ran)
+    if not used:
+        return Outcome("skip", "eager runs no sample")
+    return Outcome(worst, " ".join(sorted(fell)), used)
