@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .registry import reg, upcast
+from .registry import lowest, reg, upcast
 
 aten = torch.ops.aten
 
@@ -121,7 +121,7 @@ def _maxpool(x: Any, k: Any, s: Any, p: Any, d: Any, ceil: bool) -> Any:
     pads = [(0, 0)] * lead + [
         _pool_pads(x.shape[lead + i], k[i], s[i], p[i], d[i], ceil)[1:] for i in range(nd)
     ]
-    init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else int(jnp.iinfo(x.dtype).min)
+    init = jnp.asarray(lowest(x.dtype), x.dtype)
     return lax.reduce_window(
         x,
         init,
@@ -161,7 +161,7 @@ def _maxpool_idx(
         take = (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
         return jnp.where(take, b[0], a[0]), jnp.where(take, b[1], a[1])
 
-    init = (jnp.asarray(-jnp.inf, x.dtype), jnp.asarray(0, jnp.int32))
+    init = (jnp.asarray(lowest(x.dtype), x.dtype), jnp.asarray(0, jnp.int32))
     _, idx = lax.reduce_window(
         (x, flat),
         init,

@@ -95,7 +95,27 @@ reg(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)(
     binary(jnp.remainder)
 )
 reg(aten.fmod.Tensor, aten.fmod.Scalar)(binary(jnp.fmod))
-reg(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)(binary(jnp.power))
+
+
+@reg(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(a: Any, b: Any) -> Any:
+    a, b = promote(a, b)
+    if not jnp.issubdtype(jnp.asarray(a).dtype, jnp.integer):
+        return jnp.power(a, b)
+    # eager's powi: square-and-multiply, wrapping like the integer type; negative exponents
+    # give 0 except for bases 1 and -1
+    a, b = jnp.broadcast_arrays(jnp.asarray(a), jnp.asarray(b, jnp.asarray(a).dtype))
+
+    def step(_: Any, st: tuple) -> tuple:
+        r, base, e = st
+        return jnp.where(e & 1, r * base, r), base * base, e >> 1
+
+    init = (jnp.ones_like(a), a, jnp.where(b < 0, 0, b))
+    r = lax.fori_loop(0, jnp.iinfo(a.dtype).bits, step, init)[0]
+    neg = jnp.where(a == 1, 1, jnp.where(a == -1, jnp.where(b % 2 == 0, 1, -1), 0))
+    return jnp.where(b < 0, neg.astype(a.dtype), r)
+
+
 reg(aten.float_power.Tensor_Tensor, aten.float_power.Tensor_Scalar, aten.float_power.Scalar)(
     lambda a, b: jnp.power(
         *(

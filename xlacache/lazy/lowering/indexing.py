@@ -9,7 +9,7 @@ from typing import Any
 import jax.numpy as jnp
 import torch
 
-from .registry import norm_dim, reg, scalar_as_vector
+from .registry import highest, lowest, norm_dim, reg, scalar_as_vector
 
 aten = torch.ops.aten
 
@@ -31,23 +31,21 @@ def _scatter_idx(index: Any, dim: int) -> tuple:
     return tuple(index if d == dim else g for d, g in enumerate(grids))
 
 
-@reg(aten.scatter.src, aten.scatter.value)
+@reg(aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce)
 def _scatter(x: Any, dim: int, index: Any, src: Any, reduce: Any = None) -> Any:
     ax = norm_dim(dim, x.ndim)
-    idx = _scatter_idx(index, ax)
     if hasattr(src, "ndim") and src.ndim:
         src = src[tuple(slice(0, n) for n in index.shape)]
-    if reduce == "add":
-        return x.at[idx].add(src)
-    if reduce == "multiply":
-        return x.at[idx].multiply(src)
-    return x.at[idx].set(src)
+    else:
+        src = jnp.broadcast_to(jnp.asarray(src).astype(x.dtype), index.shape)
+    if reduce is not None:
+        return _scatter_reduce(x, ax, index, src, {"add": "sum", "multiply": "prod"}[reduce])
+    return x.at[_scatter_idx(index, ax)].set(src.astype(x.dtype))
 
 
 @reg(aten.scatter_add.default)
 def _scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
-    ax = norm_dim(dim, x.ndim)
-    return x.at[_scatter_idx(index, ax)].add(src[tuple(slice(0, n) for n in index.shape)])
+    return _scatter_reduce(x, dim, index, src, "sum")
 
 
 @reg(aten.scatter_reduce.two)
@@ -57,21 +55,28 @@ def _scatter_reduce(
     ax = norm_dim(dim, x.ndim)
     idx = _scatter_idx(index, ax)
     src = src[tuple(slice(0, n) for n in index.shape)]
+    dtype = x.dtype
+    if dtype == jnp.bool_:  # eager: sum is "or", prod is "and" (computed here as integers)
+        x, src = x.astype(jnp.int32), src.astype(jnp.int32)
+    src = src.astype(x.dtype)
     if reduce == "sum":
+        out = (x if include_self else x.at[idx].set(0)).at[idx].add(src)
+    elif reduce == "amax":
+        out = (x if include_self else x.at[idx].set(lowest(x.dtype))).at[idx].max(src)
+    elif reduce == "amin":
+        out = (x if include_self else x.at[idx].set(highest(x.dtype))).at[idx].min(src)
+    elif reduce == "prod":
+        out = (x if include_self else x.at[idx].set(1)).at[idx].multiply(src)
+    elif reduce == "mean":
         base = x if include_self else x.at[idx].set(0)
-        return base.at[idx].add(src)
-    if reduce in ("amax", "amin"):
-        fill = -jnp.inf if reduce == "amax" else jnp.inf
-        base = x if include_self else x.at[idx].set(fill)
-        return base.at[idx].max(src) if reduce == "amax" else base.at[idx].min(src)
-    if reduce == "prod":
-        base = x if include_self else x.at[idx].set(1)
-        return base.at[idx].multiply(src)
-    if reduce == "mean":
-        base = x if include_self else x.at[idx].set(0)
-        cnt = jnp.ones_like(x).at[idx].add(1) if include_self else jnp.zeros_like(x).at[idx].add(1)
-        return base.at[idx].add(src) / jnp.maximum(cnt, 1)
-    raise NotImplementedError(f"scatter_reduce {reduce}")
+        cnt = jnp.zeros_like(x).at[idx].add(1) + (1 if include_self else 0)
+        total = base.at[idx].add(src)
+        cnt = jnp.maximum(cnt, 1)
+        ints = jnp.issubdtype(x.dtype, jnp.integer)
+        out = jnp.floor_divide(total, cnt) if ints else total / cnt
+    else:
+        raise NotImplementedError(f"scatter_reduce {reduce}")
+    return out != 0 if dtype == jnp.bool_ else out
 
 
 def _index_tuple(indices: Any) -> tuple:
@@ -89,6 +94,8 @@ def _index_put(x: Any, indices: Any, values: Any, accumulate: bool = False) -> A
         v = values.reshape(()) if values.size == 1 else values
         return jnp.where(m, x + v if accumulate else v, x).astype(x.dtype)
     idx = _index_tuple(ids)
+    if accumulate and x.dtype == jnp.bool_:  # eager: "or"
+        return x.astype(jnp.int32).at[idx].add(values.astype(jnp.int32)) != 0
     values = values.astype(x.dtype)
     return x.at[idx].add(values) if accumulate else x.at[idx].set(values)
 

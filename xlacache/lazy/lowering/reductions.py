@@ -116,7 +116,7 @@ def _sort(x: Any, *args: Any, stable: Any = None, dim: int = -1, descending: boo
         dim = args[0]
         descending = args[1] if len(args) > 1 else descending
     ax = norm_dim(dim, x.ndim)
-    idx = jnp.argsort(-x if descending else x, axis=ax, stable=True)
+    idx = jnp.argsort(x, axis=ax, stable=True, descending=descending)  # NaN sorts as largest
     return jnp.take_along_axis(x, idx, ax), idx
 
 
@@ -124,8 +124,11 @@ def _sort(x: Any, *args: Any, stable: Any = None, dim: int = -1, descending: boo
 def _topk(x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:  # noqa: A002
     ax = norm_dim(dim, x.ndim)
     xm = jnp.moveaxis(x, ax, -1)
-    v, i = lax.top_k(xm if largest else -xm, k)
-    v = v if largest else -v
+    if largest and jnp.issubdtype(x.dtype, jnp.floating):
+        v, i = lax.top_k(xm, k)  # NaN counts as the largest, as in eager
+    else:  # smallest first, or a dtype whose negation would not reverse the order
+        i = jnp.argsort(xm, axis=-1, stable=True, descending=largest)[..., :k]
+        v = jnp.take_along_axis(xm, i, -1)
     return jnp.moveaxis(v, -1, ax), jnp.moveaxis(i, -1, ax)
 
 

@@ -58,6 +58,20 @@ def jdt(dtype: Any) -> Any:
     return None if dtype is None else jax_dtype(dtype)
 
 
+def lowest(dtype: Any) -> Any:
+    """The identity of ``max`` in ``dtype``: -inf, the smallest integer, or False."""
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return -jnp.inf
+    return False if dtype == jnp.bool_ else jnp.iinfo(dtype).min
+
+
+def highest(dtype: Any) -> Any:
+    """The identity of ``min`` in ``dtype``: inf, the largest integer, or True."""
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return jnp.inf
+    return True if dtype == jnp.bool_ else jnp.iinfo(dtype).max
+
+
 def upcast(x: Any) -> Any:
     """Upcast low-precision floats for reductions/normalizations."""
     return x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
