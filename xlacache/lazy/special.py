@@ -78,6 +78,15 @@ def _item(args: tuple, kwargs: dict) -> Any:
     return to_cpu(args[0]).item()
 
 
+@special(aten._linalg_check_errors.default)
+def _linalg_check_errors(args: tuple, kwargs: dict) -> None:
+    """``torch.linalg``'s error check reads LAPACK's ``info``: materialize it (a barrier, like
+    ``.item()``) and raise exactly as eager would. The ``*_ex`` functions skip the check."""
+    info = args[0]
+    cpu = to_cpu(info) if isinstance(info, LazyTensor) else info
+    aten._linalg_check_errors.default(cpu, *args[1:], **kwargs)
+
+
 @special(aten.equal.default)
 def _equal(args: tuple, kwargs: dict) -> bool:
     a, b = args

@@ -17,6 +17,7 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``shapes``          views and reshapes, their ``*_scatter`` inverses, cat/stack, pad
 ``indexing``        index/index_put, gather/scatter, masked_fill, embedding
 ``linalg``          matrix products
+``solvers``         Cholesky/LU/QR/SVD/eigh, solves, inverses, determinants
 ``nn``              softmax, layer/batch norm, losses
 ``conv``            convolution and pooling
 ``special_fns``     gamma/erf/Bessel/zeta families, orthogonal polynomials
@@ -40,6 +41,7 @@ from . import (  # noqa: F401
     nn,
     reductions,
     shapes,
+    solvers,
     special_fns,
     spectral,
 )
