@@ -202,6 +202,56 @@ def _gauge(result: Any, sample: Any) -> Any:
     return sample.output_process_fn_grad(result)
 
 
+_WIDE = {torch.complex64: torch.complex128, torch.complex32: torch.complex128}
+_ATOL = {torch.bfloat16: 1e-3, torch.float16: 1e-3}
+
+
+def _widen(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex()):
+        t = x.detach().to(_WIDE.get(x.dtype, torch.float64))
+        return t.requires_grad_() if x.requires_grad else t
+    if isinstance(x, (list, tuple)):
+        return type(x)(_widen(e) for e in x)
+    if isinstance(x, dict):
+        return {k: _widen(v) for k, v in x.items()}
+    return x
+
+
+def as_accurate(op: Any, sample: Any, backward: bool, actual: Any, expected: Any) -> None:
+    """Float results that differ from eager's pass if they are as close to the float64 result
+    as eager's (at most twice eager's error plus 4 ulp): XLA fuses and rounds differently,
+    which is not a wrong number. Anything else (shapes, dtypes, integers) must match exactly."""
+    base = (sample.input, sample.args, sample.kwargs)
+    try:
+        torch.manual_seed(0)
+        ref = _run(op, _widen(base), backward, sample.output_process_fn_grad)
+        if op.name in GAUGE:
+            ref = _gauge(ref, sample)
+    except Exception:  # noqa: BLE001 - no float64 result: the plain comparison stands
+        compare(actual, expected)
+        return
+    leaves = [pytree.tree_leaves(x) for x in (actual, expected, ref)]
+    if not len(leaves[0]) == len(leaves[1]) == len(leaves[2]):
+        compare(actual, expected)
+    for a, e, r in zip(*leaves, strict=True):
+        if not isinstance(e, torch.Tensor) or not (e.is_floating_point() or e.is_complex()):
+            compare(a, e)
+            continue
+        torch.testing.assert_close(a, e, rtol=float("inf"), atol=float("inf"), equal_nan=True)
+        wide = _WIDE.get(e.dtype, torch.float64)
+        a64, e64, r64 = a.to(wide), e.to(wide), r.detach().to(wide)
+        eps = torch.finfo(e.dtype).eps
+        tol = 2 * (e64 - r64).abs() + 4 * eps * r64.abs() + _ATOL.get(e.dtype, 1e-5)
+        ok = ((a64 - r64).abs() <= tol) | (a64 == e64) | (a64.isnan() & e64.isnan())
+        if not bool(ok.all()):
+            i = (~ok).nonzero()[0].tolist()
+            raise AssertionError(
+                f"{int((~ok).sum())} of {ok.numel()} elements less accurate than eager: at {i} "
+                f"device {a[tuple(i)].item()}, eager {e[tuple(i)].item()}, "
+                f"float64 {r64[tuple(i)].item()}"
+            )
+
+
 def _eager(op: Any, base: tuple, backward: bool, out_fn: Any) -> Any:
     """The eager CPU result; raises for a sample whose result depends on the RNG seed (also
     for ops that seed the RNG themselves, as OpInfo's ``wrapper_set_seed`` does)."""
@@ -249,9 +299,12 @@ def check_op(op: Any, mode: str) -> Outcome:
             if op.name in TIES:
                 compare_up_to_ties(op, base, actual, expected)
             else:
-                compare(actual, expected)
+                try:
+                    compare(actual, expected)
+                except AssertionError:
+                    as_accurate(op, s, backward, actual, expected)
         except AssertionError as e:
-            return Outcome("wrong", f"{s.summary() if hasattr(s, 'summary') else s}: {e}", used)
+            return Outcome("wrong", f"{s.summary()}: {e}", used)
         after = _fallbacks()
         ran = sorted(n for n, v in after.items() if v > before.get(n, 0))
         if ran:

@@ -137,7 +137,21 @@ def _bn_with_update(args: tuple, kwargs: dict) -> Any:
     )
     assign(rm, out[4])
     assign(rv, out[5])
-    return out[:4]
+    return _stats_like_input(x, out[:4])
+
+
+def _stats_like_input(x: LazyTensor, out: Any) -> Any:
+    """Eager's CPU norms keep bfloat16/float16 statistics in the input's dtype (their meta
+    kernels, like CUDA, say float32): outputs 1 and 2 follow eager."""
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        return out
+    cast = [record(aten._to_copy.default, (t,), {"dtype": x.dtype}) for t in out[1:3]]
+    return (out[0], *cast, *out[3:])
+
+
+@special(aten.native_layer_norm.default)
+def _layer_norm(args: tuple, kwargs: dict) -> Any:
+    return _stats_like_input(args[0], record(aten.native_layer_norm.default, args, kwargs))
 
 
 @special(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
@@ -147,6 +161,6 @@ def _native_bn(args: tuple, kwargs: dict) -> Any:
         return _bn_with_update((x, w, b, rm, rv, momentum, eps), {})[:3]
     out = record(aten.native_batch_norm.default, args[:8], {})
     if training or rm is None:
-        return out
-    empty = record(aten.new_zeros.default, (out[1], [0]), {})  # as eager: no saved statistics
+        return _stats_like_input(x, out)
+    empty = record(aten.new_zeros.default, (x, [0]), {})  # as eager: no saved statistics
     return out[0], empty, empty

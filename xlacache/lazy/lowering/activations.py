@@ -10,9 +10,10 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .registry import reg, upcast
+from .registry import reg_opmath, upcast
 
 aten = torch.ops.aten
+reg = reg_opmath  # bfloat16/float16 math in float32, as eager
 
 reg(aten.relu.default)(jax.nn.relu)
 reg(aten.silu.default)(jax.nn.silu)

@@ -24,6 +24,11 @@ def _conv_dn(nd: int) -> tuple[str, str, str]:
     return ("NC" + sp, "OI" + sp, "NC" + sp)
 
 
+def _acc(x: Any) -> Any:
+    """bfloat16/float16 convolutions accumulate in float32, as eager's."""
+    return jnp.float32 if x.dtype in (jnp.bfloat16, jnp.float16) else None
+
+
 def _conv(
     x: Any,
     w: Any,
@@ -49,6 +54,7 @@ def _conv(
             rhs_dilation=tuple(dilation),
             dimension_numbers=dn,
             feature_group_count=groups,
+            preferred_element_type=_acc(x),
         )
     else:
         cin, cout_g = w.shape[0], w.shape[1]
@@ -72,6 +78,7 @@ def _conv(
             rhs_dilation=tuple(dilation),
             dimension_numbers=dn,
             feature_group_count=groups,
+            preferred_element_type=_acc(x),
         )
     if b is not None:
         out = out + b.reshape((1, -1) + (1,) * nd)

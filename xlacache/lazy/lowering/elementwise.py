@@ -17,9 +17,10 @@ import torch
 from jax import lax
 
 from .dtypes import floating, promote
-from .registry import reg, scaled
+from .registry import reg_opmath, scaled
 
 aten = torch.ops.aten
+reg = reg_opmath  # bfloat16/float16 math in float32, as eager
 prims = torch.ops.prims
 Fn = Callable[..., Any]
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .registry import norm_dim, reg, scalar_as_vector, upcast
+from .registry import norm_dim, reg, reg_opmath, scalar_as_vector, upcast
 
 aten = torch.ops.aten
 
@@ -22,10 +22,10 @@ reg(aten._softmax.default)(_softmax_fn)
 reg(aten._log_softmax.default)(
     lambda x, dim, half_to_float=False: jax.nn.log_softmax(upcast(x), axis=norm_dim(dim, x.ndim))
 )
-reg(aten._softmax_backward_data.default)(
+reg_opmath(aten._softmax_backward_data.default)(
     lambda g, y, dim, dt: y * (g - jnp.sum(g * y, axis=norm_dim(dim, y.ndim), keepdims=True))
 )
-reg(aten._log_softmax_backward_data.default)(
+reg_opmath(aten._log_softmax_backward_data.default)(
     lambda g, y, dim, dt: g - jnp.exp(y) * jnp.sum(g, axis=norm_dim(dim, y.ndim), keepdims=True)
 )
 

@@ -11,9 +11,10 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .registry import jdt, norm_dim, norm_dims, reg, scalar_as_vector, upcast
+from .registry import jdt, norm_dim, norm_dims, reg_opmath, scalar_as_vector, upcast
 
 aten = torch.ops.aten
+reg = reg_opmath  # bfloat16/float16 math in float32, as eager
 
 
 @reg(aten.sum.default, aten.sum.dim_IntList)

@@ -23,15 +23,19 @@ STATIC_SCALAR_OPS = {
 Fn = Callable[..., Any]
 
 
-def registrar(table: dict[Any, Fn], what: str) -> Callable[..., Callable[[Fn], Fn]]:
-    """A decorator factory ``deco(*ops)(fn)`` filling ``table``; each op is registered once."""
+def registrar(
+    table: dict[Any, Fn], what: str, wrap: Callable[[Fn], Fn] | None = None
+) -> Callable[..., Callable[[Fn], Fn]]:
+    """A decorator factory ``deco(*ops)(fn)`` filling ``table`` (with ``wrap(fn)`` if given);
+    each op is registered once."""
 
     def register(*ops: Any) -> Callable[[Fn], Fn]:
         def deco(fn: Fn) -> Fn:
+            entry = fn if wrap is None else wrap(fn)
             for op in ops:
                 if op in table:
                     raise ValueError(f"xlacache.lazy: {op} already has {what}")
-                table[op] = fn
+                table[op] = entry
             return fn
 
         return deco
@@ -39,7 +43,28 @@ def registrar(table: dict[Any, Fn], what: str) -> Callable[..., Callable[[Fn], F
     return register
 
 
+_LOW = (jnp.bfloat16, jnp.float16)
+
+
+def _opmath(x: Any) -> Any:
+    if isinstance(x, (tuple, list)):
+        return type(x)(_opmath(e) for e in x)
+    return x.astype(jnp.float32) if getattr(x, "dtype", None) in _LOW else x
+
+
+def opmath(fn: Fn) -> Fn:
+    """``fn`` computing bfloat16/float16 values in float32, as eager's kernels do (their
+    "opmath" type); the executor rounds results to the predicted dtype once."""
+
+    def lowered(*args: Any, **kw: Any) -> Any:
+        return fn(*_opmath(args), **{k: _opmath(v) for k, v in kw.items()})
+
+    return lowered
+
+
 reg = registrar(LOWERINGS, "a lowering")  # ``@reg(aten.op.overload, ...)``
+# the same, for math on low-precision floats (elementwise, reductions, special functions)
+reg_opmath = registrar(LOWERINGS, "a lowering", opmath)
 
 
 def norm_dim(dim: int, ndim: int) -> int:

@@ -14,9 +14,10 @@ import torch
 from jax import lax
 
 from .dtypes import floating, promote
-from .registry import reg
+from .registry import reg_opmath
 
 aten = torch.ops.aten
+reg = reg_opmath  # bfloat16/float16 math in float32, as eager
 prims = torch.ops.prims
 Fn = Callable[..., Any]
 
