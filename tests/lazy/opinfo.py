@@ -131,8 +131,8 @@ def _run(op: Any, sample: Any, backward: bool, out_fn: Any) -> Any:
     ]
     if not outs or not ins:
         return None
-    torch.manual_seed(1)
-    gos = [torch.randn(o.shape, dtype=o.dtype).to(o.device) for o in outs]
+    gen = torch.Generator().manual_seed(1)  # the same gradients for every run
+    gos = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) for o in outs]
     grads = torch.autograd.grad(outs, ins, gos, allow_unused=True)
     return [out, list(grads)]
 

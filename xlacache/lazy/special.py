@@ -87,6 +87,13 @@ def _linalg_check_errors(args: tuple, kwargs: dict) -> None:
     aten._linalg_check_errors.default(cpu, *args[1:], **kwargs)
 
 
+@special(aten.allclose.default)
+def _allclose(args: tuple, kwargs: dict) -> bool:
+    """Computed on the device; only the answer crosses to the host (like ``.item()``)."""
+    close = dispatch(aten.isclose.default, args, kwargs)
+    return bool(to_cpu(dispatch(aten.all.default, (close,), {})).item())
+
+
 @special(aten.equal.default)
 def _equal(args: tuple, kwargs: dict) -> bool:
     a, b = args

@@ -263,3 +263,44 @@ def _adaptive_avg_bwd(g: Any, x: Any) -> Any:
     out = g.shape[x.ndim - nd :]
     _, f = jax.vjp(lambda x: _adaptive_avg(x, out), x)
     return f(g.astype(x.dtype))[0]
+
+
+def _window_mask(L: int, o: int) -> np.ndarray:
+    """(o, L): which input positions each adaptive-pooling window covers."""
+    m = np.zeros((o, L), bool)
+    for i in range(o):
+        m[i, (i * L) // o : -(-((i + 1) * L) // o)] = True
+    return m
+
+
+def _adaptive_max(x: Any, out: Any) -> tuple[Any, Any]:
+    """Adaptive max pooling, one spatial axis at a time (a max over a box is separable); the
+    index is the first maximum in row-major order, as eager's."""
+    nd = len(out)
+    lead = x.ndim - nd
+    sp = x.shape[lead:]
+    low = lowest(x.dtype)
+    val = x
+    flat = jnp.broadcast_to(jnp.arange(int(np.prod(sp)), dtype=jnp.int64).reshape(sp), x.shape)
+    for i in reversed(range(nd)):  # innermost axis first
+        ax = lead + i
+        m = jnp.asarray(_window_mask(sp[i], out[i]))  # (o, L)
+        v = jnp.moveaxis(val, ax, -1)[..., None, :]  # (..., 1, L)
+        f = jnp.moveaxis(flat, ax, -1)[..., None, :]
+        masked = jnp.where(m, v, low)
+        pick = jnp.argmax(masked, axis=-1)
+        val = jnp.moveaxis(jnp.take_along_axis(masked, pick[..., None], -1)[..., 0], -1, ax)
+        fb = jnp.broadcast_to(f, masked.shape)
+        flat = jnp.moveaxis(jnp.take_along_axis(fb, pick[..., None], -1)[..., 0], -1, ax)
+    return val, flat
+
+
+reg(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)(_adaptive_max)
+
+
+reg(aten.adaptive_max_pool2d_backward.default)(
+    lambda g, x, idx: _maxpool_bwd(2, g, x, (), (), (), (), False, idx)
+)
+reg(aten.adaptive_max_pool3d_backward.default)(
+    lambda g, x, idx: _maxpool_bwd(3, g, x, (), (), (), (), False, idx)
+)

@@ -55,3 +55,27 @@ reg(aten.linspace.default)(
 )
 reg(aten.eye.default)(lambda n, dtype=None, **kw: jnp.eye(n, dtype=jdt(dtype)))
 reg(aten.eye.m)(lambda n, m, dtype=None, **kw: jnp.eye(n, m, dtype=jdt(dtype)))
+
+
+@reg(aten.logspace.default)
+def _logspace(
+    start: Any, end: Any, steps: int, base: float = 10.0, dtype: Any = None, **kw: Any
+) -> Any:
+    """Eager's kernel: the first half steps up from ``start``, the second half down from
+    ``end`` (in float64, then rounded to ``dtype``)."""
+    i = np.arange(steps, dtype=np.float64)
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    exps = np.where(i < steps // 2, start + step * i, end - step * (steps - i - 1))
+    return jnp.asarray(np.power(base, exps) if steps else exps)
+
+
+def _tri_indices(upper: bool) -> Any:
+    def fn(row: int, col: int, offset: int = 0, dtype: Any = None, **kw: Any) -> Any:
+        idx = np.triu_indices(row, offset, col) if upper else np.tril_indices(row, offset, col)
+        return jnp.asarray(np.stack(idx).astype(np.int64).reshape(2, -1))
+
+    return fn
+
+
+reg(aten.triu_indices.default)(_tri_indices(True))
+reg(aten.tril_indices.default)(_tri_indices(False))

@@ -120,6 +120,99 @@ def _embedding_bwd(g: Any, idx: Any, num_weights: int, padding_idx: int, scale: 
     return jnp.zeros((num_weights, d), gg.dtype).at[flat].add(gg)
 
 
+@reg(aten.index_reduce.default)
+def _index_reduce(
+    x: Any, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True
+) -> Any:
+    ax = norm_dim(dim, x.ndim)
+    shape = [1] * src.ndim
+    shape[ax] = -1
+    full = jnp.broadcast_to(index.reshape(shape), src.shape)
+    return _scatter_reduce(x, ax, full, src, reduce, include_self)
+
+
+def _flat_index(x: Any, index: Any) -> Any:
+    return jnp.where(index < 0, index + x.size, index)  # eager wraps negative indices
+
+
+reg(aten.take.default)(lambda x, index: x.reshape(-1)[_flat_index(x, index)])
+
+
+@reg(aten.put.default)
+def _put(x: Any, index: Any, src: Any, accumulate: bool = False) -> Any:
+    flat, i, v = x.reshape(-1), _flat_index(x, index).reshape(-1), src.reshape(-1)
+    if accumulate and x.dtype == jnp.bool_:
+        out = flat.astype(jnp.int32).at[i].add(v.astype(jnp.int32)) != 0
+    else:
+        out = flat.at[i].add(v.astype(x.dtype)) if accumulate else flat.at[i].set(v.astype(x.dtype))
+    return out.reshape(x.shape)
+
+
+@reg(aten.masked_scatter.default)
+def _masked_scatter(x: Any, mask: Any, src: Any) -> Any:
+    """The masked positions take ``src``'s elements in order."""
+    m = jnp.broadcast_to(mask, x.shape)
+    pos = jnp.cumsum(m.reshape(-1).astype(jnp.int64)) - 1
+    vals = src.reshape(-1)[jnp.clip(pos, 0, max(src.size - 1, 0))].reshape(x.shape)
+    return jnp.where(m, vals.astype(x.dtype), x)
+
+
+@reg(aten.nonzero_static.default)
+def _nonzero_static(x: Any, *, size: int, fill_value: int = -1) -> Any:
+    if x.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    return jnp.stack(jnp.nonzero(x, size=size, fill_value=fill_value), axis=-1)
+
+
+def _count_before(seq: Any, x: Any, right: bool) -> Any:
+    """How many of the sorted ``seq`` (last axis) go before each ``x`` (NaN sorts last)."""
+    floats = jnp.issubdtype(jnp.result_type(seq, x), jnp.inexact)
+    if right:
+        before = seq[..., None, :] <= x[..., :, None]
+        if floats:
+            before = before | jnp.isnan(x)[..., :, None]
+    else:
+        before = seq[..., None, :] < x[..., :, None]
+        if floats:
+            before = before | (jnp.isnan(x)[..., :, None] & ~jnp.isnan(seq)[..., None, :])
+    return jnp.sum(before, axis=-1)
+
+
+@reg(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def _searchsorted(
+    seq: Any,
+    x: Any,
+    *,
+    out_int32: bool = False,
+    right: bool = False,
+    side: Any = None,
+    sorter: Any = None,
+) -> Any:
+    right = right or side == "right"
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter, -1)
+    x = jnp.asarray(x)
+    scalar = x.ndim == 0
+    if seq.ndim == 1:
+        out = _count_before(seq, x.reshape(1, -1), right).reshape(x.shape)
+    else:
+        out = _count_before(seq, x if not scalar else x.reshape(1), right)
+    return out
+
+
+@reg(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def _bucketize(x: Any, boundaries: Any, *, out_int32: bool = False, right: bool = False) -> Any:
+    x = jnp.asarray(x)
+    return _count_before(boundaries, x.reshape(1, -1), right).reshape(x.shape)
+
+
+@reg(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
+def _isin(x: Any, test: Any, *, assume_unique: bool = False, invert: bool = False) -> Any:
+    x, test = jnp.asarray(x), jnp.asarray(test).reshape(-1)
+    found = jnp.any(x[..., None] == test, axis=-1)
+    return ~found if invert else found
+
+
 scalar_as_vector(
     aten.index_select.default,
     aten.gather.default,
@@ -127,4 +220,5 @@ scalar_as_vector(
     aten.scatter.value,
     aten.scatter_add.default,
     aten.scatter_reduce.two,
+    aten.index_reduce.default,
 )

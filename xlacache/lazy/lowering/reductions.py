@@ -133,6 +133,67 @@ def _topk(x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = Tr
     return jnp.moveaxis(v, -1, ax), jnp.moveaxis(i, -1, ax)
 
 
+def _nth(x: Any, dim: Any, keepdim: bool, pick: Any, ignore_nan: bool) -> tuple[Any, Any]:
+    """Value and index of the ``pick(valid count)``-th smallest element along ``dim`` (NaN sorts
+    last; a slice with a NaN gives NaN unless ``ignore_nan``)."""
+    ax = norm_dim(dim, x.ndim)
+    order = jnp.argsort(x, axis=ax, stable=True)
+    n = x.shape[ax]
+    nans = jnp.sum(jnp.isnan(x), axis=ax, keepdims=True)  # 0 for integers
+    valid = n - nans
+    k = pick(valid) if ignore_nan else jnp.where(nans > 0, n - nans, pick(valid * 0 + n))
+    k = jnp.clip(k, 0, max(n - 1, 0))
+    idx = jnp.take_along_axis(order, k.astype(order.dtype), ax)
+    val = jnp.take_along_axis(x, idx, ax)
+    if not keepdim:
+        idx, val = jnp.squeeze(idx, ax), jnp.squeeze(val, ax)
+    return val, idx
+
+
+def _lower_median(count: Any) -> Any:
+    return (count - 1) // 2
+
+
+@reg(aten.median.default)
+def _median_all(x: Any) -> Any:
+    return _nth(x.reshape(-1), 0, False, _lower_median, False)[0]
+
+
+@reg(aten.nanmedian.default)
+def _nanmedian_all(x: Any) -> Any:
+    return _nth(x.reshape(-1), 0, False, _lower_median, True)[0]
+
+
+reg(aten.median.dim)(lambda x, dim, keepdim=False: _nth(x, dim, keepdim, _lower_median, False))
+reg(aten.nanmedian.dim)(lambda x, dim, keepdim=False: _nth(x, dim, keepdim, _lower_median, True))
+reg(aten.kthvalue.default)(
+    lambda x, k, dim=-1, keepdim=False: _nth(x, dim, keepdim, lambda c: c * 0 + (k - 1), False)
+)
+
+
+def _cumulative_extreme(x: Any, dim: int, better: Any) -> tuple[Any, Any]:
+    """Running max/min and the index where it was last reached; a NaN wins from where it is."""
+    ax = norm_dim(dim, x.ndim)
+    idx = lax.broadcasted_iota(jnp.int64, x.shape, ax)
+    floats = jnp.issubdtype(x.dtype, jnp.inexact)
+
+    def combine(left: tuple, right: tuple) -> tuple:
+        lv, li = left
+        rv, ri = right
+        take = better(rv, lv) | (rv == lv)
+        if floats:
+            take = jnp.isnan(rv) | (~jnp.isnan(lv) & take)
+        return jnp.where(take, rv, lv), jnp.where(take, ri, li)
+
+    return lax.associative_scan(combine, (x, idx), axis=ax)
+
+
+reg(aten.cummax.default)(lambda x, dim: _cumulative_extreme(x, dim, jnp.greater))
+reg(aten.cummin.default)(lambda x, dim: _cumulative_extreme(x, dim, jnp.less))
+reg(aten.logcumsumexp.default)(
+    lambda x, dim: lax.associative_scan(jnp.logaddexp, x, axis=norm_dim(dim, x.ndim))
+)
+
 scalar_as_vector(
     aten.sum.dim_IntList,
     aten.mean.dim,
@@ -157,4 +218,10 @@ scalar_as_vector(
     aten.sort.default,
     aten.sort.stable,
     aten.topk.default,
+    aten.median.dim,
+    aten.nanmedian.dim,
+    aten.kthvalue.default,
+    aten.cummax.default,
+    aten.cummin.default,
+    aten.logcumsumexp.default,
 )
