@@ -211,8 +211,17 @@ def _poly(fn: Fn) -> Fn:
     return lowered
 
 
-def _chebyshev(kind: str) -> Fn:
+def _chebyshev(kind: str, shifted: bool = False) -> Fn:
+    """T, U, V, W (of ``2x - 1`` if ``shifted``): eager's edge cases, its trigonometric form
+    above a degree, its recurrence below."""
+    big_n = ({"t": 6, "u": 6, "v": 6, "w": 4} if shifted else {"t": 6, "u": 8, "v": 8, "w": 8})[
+        kind
+    ]
+
     def fn(x: Any, n: Any) -> Any:
+        edge_at = ((x == 1) | (x == 0)) if shifted else (jnp.abs(x) == 1)
+        if shifted:
+            x = x + x - 1
         one = jnp.ones_like(x)
         ax = jnp.abs(x)
         nf = n.astype(x.dtype)
@@ -227,7 +236,7 @@ def _chebyshev(kind: str) -> Fn:
         odd = n % 2 == 1
         if kind == "t":
             edge = jnp.where((x > 0) | ~odd, one, -one)
-            r = jnp.where((n > 6) & (ax < 1), jnp.cos(nf * th), r)
+            r = jnp.where((n > big_n) & (ax < 1), jnp.cos(nf * th), r)
         elif kind == "u":
             edge = jnp.where((x > 0) | ~odd, nf + 1, -(nf + 1))
             s = jnp.sin(th)
@@ -236,7 +245,7 @@ def _chebyshev(kind: str) -> Fn:
                 jnp.sin((nf + 1) * th) / jnp.where(s != 0, s, 1),
                 (nf + 1) * jnp.cos((nf + 1) * th) / x,
             )
-            r = jnp.where((n > 8) & (ax < 1), big, r)
+            r = jnp.where((n > big_n) & (ax < 1), big, r)
         elif kind == "v":
             edge = jnp.where(x > 0, one, jnp.where(odd, -(nf + nf + 1), nf + nf + 1))
             c = jnp.cos(th / 2)
@@ -245,7 +254,7 @@ def _chebyshev(kind: str) -> Fn:
                 jnp.cos((nf + 0.5) * th) / c,
                 jnp.where(odd, -(nf + nf + 1), nf + nf + 1),
             )
-            r = jnp.where((n > 8) & (ax < 1), big, r)
+            r = jnp.where((n > big_n) & (ax < 1), big, r)
         else:
             edge = jnp.where(x > 0, nf + nf + 1, jnp.where(odd, -one, one))
             sn = jnp.sin(th / 2)
@@ -254,8 +263,8 @@ def _chebyshev(kind: str) -> Fn:
                 jnp.sin((nf + 0.5) * th) / jnp.where(sn != 0, sn, 1),
                 jnp.where(x > 0, nf + nf + 1, jnp.where(odd, -one, one)),
             )
-            r = jnp.where((n > 8) & (ax < 1), big, r)
-        r = jnp.where(ax == 1, edge, r)
+            r = jnp.where((n > big_n) & (ax < 1), big, r)
+        r = jnp.where(edge_at, edge, r)
         return jnp.where(n < 0, 0, r)
 
     return fn
@@ -309,6 +318,10 @@ for _name, _fn in [
     ("chebyshev_polynomial_u", _chebyshev("u")),
     ("chebyshev_polynomial_v", _chebyshev("v")),
     ("chebyshev_polynomial_w", _chebyshev("w")),
+    ("shifted_chebyshev_polynomial_t", _chebyshev("t", shifted=True)),
+    ("shifted_chebyshev_polynomial_u", _chebyshev("u", shifted=True)),
+    ("shifted_chebyshev_polynomial_v", _chebyshev("v", shifted=True)),
+    ("shifted_chebyshev_polynomial_w", _chebyshev("w", shifted=True)),
     ("hermite_polynomial_h", _hermite(True)),
     ("hermite_polynomial_he", _hermite(False)),
     ("laguerre_polynomial_l", _laguerre),
