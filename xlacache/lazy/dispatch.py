@@ -29,7 +29,7 @@ from .executor import to_cpu
 from .identity import UnencodableAttribute
 from .lowering import LOWERINGS
 from .lowering.registry import registrar
-from .record import assign, record
+from .record import assign, record, track_view
 from .tensor import LazyTensor
 from .transfer import to_device
 
@@ -186,4 +186,10 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any
 
     if is_inplace(func) and isinstance(args[0], LazyTensor):
         return args[0]
-    return up(res)
+    out = up(res)
+    if func.is_view and isinstance(out, LazyTensor) and isinstance(args[0], LazyTensor):
+        # a copy standing for a view: writes through it raise instead of being lost
+        b = args[0]._c
+        root = b._root if b._root is not None else b
+        track_view(out, root, (*b._chain, (func, tuple(args[1:]), kwargs)))
+    return out

@@ -18,7 +18,7 @@ import torch
 
 from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
 from .identity import encode, node_prefix
-from .lowering import STATIC_SCALAR_OPS
+from .lowering import LOWERINGS, STATIC_SCALAR_OPS
 from .tensor import Cell, LazyTensor, tracing_nested, wrap
 from .transfer import to_device
 
@@ -33,6 +33,11 @@ def value(t: LazyTensor | Cell) -> tuple[Node, int]:
     if root is not None and t._rgen != root._gen:
         v: Any = root
         for f, rest, kw in t._chain:
+            if f not in LOWERINGS:  # a view the CPU fallback made: a copy, not a view
+                raise NotImplementedError(
+                    f"xlacache.lazy: {f} ran on the CPU fallback; its result cannot follow "
+                    "in-place updates of the tensor it views"
+                )
             v = record(f, (v, *rest), kw, as_view=False)
         t._v = v._v
         t._rgen = root._gen
@@ -77,6 +82,8 @@ def _scatter_into(f: Any, rest: tuple, kw: dict, base: Any, new: LazyTensor) -> 
     ndim = len(shape_of(base))
     if name in ("alias", "detach", "lift_fresh"):
         return new
+    if f == aten.view.dtype:  # a reinterpretation of the bits: reinterpret them back
+        return record(aten.view.dtype, (new, base._meta.dtype), {})
     if name in _RESHAPES:
         return record(aten.view.default, (new, list(shape_of(base))), {})
     if name == "permute":
