@@ -156,3 +156,26 @@ def test_bfloat16_training_matches_eager():
         torch.testing.assert_close(q.cpu(), p, rtol=5e-2, atol=5e-2)
     state = {k: v.cpu() for k, v in got_m.state_dict().items()}
     assert all(v.dtype == torch.bfloat16 for v in state.values())
+
+
+def test_result_types_follow_torch():
+    """Binary ops compute in torch's result type, whatever JAX would promote to."""
+    x = torch.tensor([0.1, 1.5, -2.0, 3.25])
+    i = torch.tensor([1, -2, 3, 2**40])
+    d, di = x.to(DEV), i.to(DEV)
+    tenth = torch.tensor(0.1, dtype=torch.float64)  # compared in float32, as eager
+    cases = [
+        (2**d, 2**x),  # a Python int base with a float exponent
+        (di * 0.5, i * 0.5),  # int64 tensor with a Python float: float32
+        (d == tenth, x == tenth),
+        (di / 3, i / 3),
+        (torch.pow(di, 2), torch.pow(i, 2)),
+        (torch.pow(di, 2.5), torch.pow(i, 2.5)),
+    ]
+    for got, want in cases:
+        got = got.cpu()
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    y = x.abs().to(DEV)
+    y.pow_(2.5)  # the in-place op's functional form is pow.Tensor_Scalar
+    torch.testing.assert_close(y.cpu(), x.abs().pow(2.5))

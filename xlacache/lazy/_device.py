@@ -65,6 +65,7 @@ def install(factory: Callable[[Any, tuple, dict], Any]) -> None:
         aten.logspace.default,
         aten.triu_indices.default,
         aten.tril_indices.default,
+        aten._efficientzerotensor.default,
         aten.linspace.default,
         aten.eye.default,
         aten.eye.m,

@@ -278,12 +278,34 @@ def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, tuple, by
     try:
         mout = func(*margs, **mkw)
     except Exception as e:  # noqa: BLE001 - re-raised with the op's name
-        raise RuntimeError(f"xlacache.lazy: shape inference failed for {func}: {e}") from e
+        numbers = _scalars_as_numbers(func, margs)
+        try:
+            if numbers is None:
+                raise
+            mout = func(*numbers, **mkw)
+        except Exception:  # noqa: BLE001
+            raise RuntimeError(f"xlacache.lazy: shape inference failed for {func}: {e}") from e
+    if isinstance(mout, torch.Tensor) and (mout.is_conj() or mout.is_neg()):
+        # lazy values carry no conjugate/negative bit: ``_conj`` computes the conjugate
+        mout = torch.empty(mout.shape, dtype=mout.dtype, device="meta")
     outs = [mout] if isinstance(mout, torch.Tensor) else list(mout)
     avals = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in outs)
     if len(_META_CACHE) > _META_CACHE_MAX:
         _META_CACHE.clear()
     return mout, avals, node_prefix(op_code(func), akey, avals_code(avals))
+
+
+def _scalars_as_numbers(func: Any, margs: list) -> list | None:
+    """``margs`` with the 0-d tensors given to ``Scalar`` arguments (autograd formulas do that)
+    as numbers of their kind, which is all the meta kernel needs; None if there are none."""
+    out, changed = list(margs), False
+    for i, a in enumerate(func._schema.arguments[: len(margs)]):
+        m = margs[i]
+        if str(a.type) == "Scalar" and isinstance(m, torch.Tensor) and m.dim() == 0:
+            d = m.dtype
+            out[i] = 1j if d.is_complex else 1.0 if d.is_floating_point else d == torch.bool or 1
+            changed = True
+    return out if changed else None
 
 
 def track_view(out: LazyTensor, root: Cell, chain: tuple) -> None:

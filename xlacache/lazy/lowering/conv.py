@@ -257,9 +257,7 @@ def _adaptive_avg(x: Any, out: Any) -> Any:
 reg(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)(_adaptive_avg)
 
 
-@reg(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)
-def _adaptive_avg_bwd(g: Any, x: Any) -> Any:
-    nd = 2 if g.ndim == x.ndim and x.ndim in (3, 4) else 3
+def _adaptive_avg_bwd(nd: int, g: Any, x: Any) -> Any:
     out = g.shape[x.ndim - nd :]
     _, f = jax.vjp(lambda x: _adaptive_avg(x, out), x)
     return f(g.astype(x.dtype))[0]
@@ -304,3 +302,7 @@ reg(aten.adaptive_max_pool2d_backward.default)(
 reg(aten.adaptive_max_pool3d_backward.default)(
     lambda g, x, idx: _maxpool_bwd(3, g, x, (), (), (), (), False, idx)
 )
+
+
+reg(aten._adaptive_avg_pool2d_backward.default)(partial(_adaptive_avg_bwd, 2))
+reg(aten._adaptive_avg_pool3d_backward.default)(partial(_adaptive_avg_bwd, 3))

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .dtypes import floating, promote
+from .dtypes import floating, promote, result_dtype
 from .registry import reg_opmath, scaled
 
 aten = torch.ops.aten
@@ -100,12 +100,13 @@ reg(aten.fmod.Tensor, aten.fmod.Scalar)(binary(jnp.fmod))
 
 @reg(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow(a: Any, b: Any) -> Any:
+    dt = result_dtype(a, b)
     a, b = promote(a, b)
-    if not jnp.issubdtype(jnp.asarray(a).dtype, jnp.integer):
+    if not jnp.issubdtype(dt, jnp.integer):
         return jnp.power(a, b)
     # eager's powi: square-and-multiply, wrapping like the integer type; negative exponents
     # give 0 except for bases 1 and -1
-    a, b = jnp.broadcast_arrays(jnp.asarray(a), jnp.asarray(b, jnp.asarray(a).dtype))
+    a, b = jnp.broadcast_arrays(jnp.asarray(a, dt), jnp.asarray(b, dt))
 
     def step(_: Any, st: tuple) -> tuple:
         r, base, e = st
@@ -175,8 +176,8 @@ for _n, _f2 in [
 
 def _shift(left: bool) -> Fn:
     def fn(a: Any, b: Any) -> Any:
-        a, b = promote(a, b)
-        b = jnp.asarray(b, a.dtype)
+        dt = result_dtype(a, b)
+        a, b = (jnp.asarray(v, dt) for v in promote(a, b))
         bits = jnp.iinfo(a.dtype).bits
         out = lax.shift_left(a, b) if left else lax.shift_right_arithmetic(a, b)
         big = (b < 0) | (b >= bits)  # eager: shifting by the width or more gives 0 (or -1)

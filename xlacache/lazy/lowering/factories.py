@@ -15,7 +15,9 @@ from .registry import as_shape, jdt, reg
 
 aten = torch.ops.aten
 
-reg(aten.zeros.default)(lambda size, dtype=None, **kw: jnp.zeros(as_shape(size), jdt(dtype)))
+reg(aten.zeros.default, aten._efficientzerotensor.default)(
+    lambda size, dtype=None, **kw: jnp.zeros(as_shape(size), jdt(dtype))
+)
 reg(aten.ones.default)(lambda size, dtype=None, **kw: jnp.ones(as_shape(size), jdt(dtype)))
 reg(aten.full.default)(lambda size, v, dtype=None, **kw: jnp.full(as_shape(size), v, jdt(dtype)))
 reg(aten.scalar_tensor.default)(lambda s, dtype=None, **kw: jnp.asarray(s, jdt(dtype)))

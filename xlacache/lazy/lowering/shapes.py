@@ -113,7 +113,9 @@ def _cat(tensors: Any, dim: int = 0) -> Any:
 
 reg(aten.stack.default)(lambda ts, dim=0: jnp.stack(ts, axis=dim % (ts[0].ndim + 1)))
 reg(aten.flip.default)(lambda x, dims: jnp.flip(x, norm_dims(dims, x.ndim)))
-reg(aten.roll.default)(lambda x, shifts, dims=(): jnp.roll(x, shifts, norm_dims(dims, x.ndim)))
+reg(aten.roll.default)(  # dims in their order: they pair with the shifts
+    lambda x, shifts, dims=(): jnp.roll(x, shifts, tuple(norm_dim(d, x.ndim) for d in dims) or None)
+)
 
 
 @reg(aten.repeat.default)

@@ -149,6 +149,8 @@ def _linalg_lu(a: Any, pivot: bool = True) -> Any:
 def _perm_of_pivots(piv: Any, m: int) -> Any:
     """The row permutation LAPACK's 1-based swaps ``piv`` describe."""
     perm = jnp.broadcast_to(jnp.arange(m, dtype=jnp.int32), piv.shape[:-1] + (m,))
+    if piv.shape[-1] == 0 or m == 0:
+        return perm
 
     def swap(i: Any, perm: Any) -> Any:
         j = piv[..., i].astype(jnp.int32) - 1
