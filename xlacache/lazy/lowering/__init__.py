@@ -20,6 +20,7 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``solvers``         Cholesky/LU/QR/SVD/eigh, solves, inverses, determinants
 ``nn``              softmax, layer/batch norm, losses
 ``conv``            convolution and pooling
+``resample``        interpolation and padding backward ops
 ``special_fns``     gamma/erf/Bessel/zeta families, orthogonal polynomials
 ``spectral``        complex numbers (``complex``, ``polar``, real/complex views), FFTs
 ``random``          random draws (``lower_random``; not in the table: one ``random`` node)
@@ -40,6 +41,7 @@ from . import (  # noqa: F401
     linalg,
     nn,
     reductions,
+    resample,
     shapes,
     solvers,
     special_fns,

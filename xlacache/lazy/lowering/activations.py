@@ -69,3 +69,6 @@ def _silu_bwd(g: Any, x: Any) -> Any:
 
 reg(aten.hardtanh_backward.default)(lambda g, x, lo, hi: jnp.where((x <= lo) | (x >= hi), 0, g))
 reg(aten.leaky_relu_backward.default)(lambda g, x, s, self_is_result: jnp.where(x > 0, g, g * s))
+reg(aten.hardshrink_backward.default, aten.softshrink_backward.default)(
+    lambda g, x, lambd: jnp.where((x >= -lambd) & (x <= lambd), 0, g)
+)
