@@ -17,24 +17,15 @@ import pytest
 import torch
 
 from . import opinfo
+from ._opinfo_expected import EXPECTED, NEEDS_COPY_FROM
 
 pytestmark = pytest.mark.slow
 
 MODES = tuple(opinfo.MODES)
 OPS = opinfo.ops_by_id()
 # ``torch.tensor(data, device=xla)`` and friends need an ``aten::_copy_from`` kernel for the xla
-# key; until the runtime registers one, the ops that build tensors that way raise
+# key; ops listed as waiting for it must pass (natively or not) once the runtime has one
 COPY_FROM = torch._C._dispatch_has_kernel_for_dispatch_key("aten::_copy_from", "XLA")
-NEEDS_COPY_FROM = "torch.tensor(data, device=xla) needs aten::_copy_from"
-
-# reasons, by the aten op that runs on the CPU fallback or the cause of an error
-DYNAMIC = "its output shape depends on the data"
-NO_XLA = "no XLA lowering"
-EIG = "eigendecomposition of non-symmetric matrices: XLA implements it on CPU only"
-SPARSE = "sparse tensors are not supported on the device"
-COMPLEX32 = "complex32 has no device dtype"
-
-from ._opinfo_expected import EXPECTED  # noqa: E402 - (mode, op) -> (status, reason)
 
 CASES = [
     (mode, oid) for oid, op in sorted(OPS.items()) for mode in MODES if opinfo.supports(op, mode)

@@ -45,6 +45,7 @@ reg(aten.fill.Scalar, aten.fill.Tensor)(
 )
 reg(aten.zero.default)(lambda x: jnp.zeros_like(x))
 reg(aten._to_copy.default)(lambda x, dtype=None, **kw: x if dtype is None else cast(x, jdt(dtype)))
+reg(torch.ops.prims.convert_element_type.default)(lambda x, dtype: cast(x, jdt(dtype)))
 
 
 @reg(aten.arange.default, aten.arange.start, aten.arange.start_step)
