@@ -29,7 +29,7 @@ lint: venv
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 
 proto: venv
-	$(PY) -m xlacache.server.protogen
+	$(PY) tools/protogen.py
 
 bench: venv
 	$(PY) benchmarks/jax_gpt.py

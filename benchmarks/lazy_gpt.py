@@ -67,6 +67,7 @@ def main() -> None:
         ("tracing/op, overlapped (us)", "trace_per_op_us", "{:.1f}"),
         ("tracing, device idle (s)", "trace_idle_device_s", "{:.3f}"),
         ("tracing/op, idle (us)", "trace_per_op_idle_us", "{:.1f}"),
+        ("tracing/op, idle CPU (us)", "trace_per_op_idle_cpu_us", "{:.1f}"),
         ("tracing share of step", "trace_share_of_steady_step", "{:.1%}"),
         ("total (s)", "total_s", "{:.2f}"),
     ]

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import sys
 import time
 from collections import Counter, defaultdict
-import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -52,7 +52,8 @@ def _work(job: tuple[list[str], list[str], int | None]) -> dict[str, dict[str, l
                 continue
             t0 = time.perf_counter()
             o = opinfo.check_op(op, mode)
-            out[mode][oid] = [o.status, o.detail[:500], round(time.perf_counter() - t0, 2)]
+            seconds = round(time.perf_counter() - t0, 2)
+            out[mode][oid] = [o.status, o.detail[:500], seconds, o.first, round(o.first_s, 2)]
     return dict(out)
 
 
@@ -78,7 +79,7 @@ def _details(results: dict[str, dict[str, list]]) -> str:
     lines = []
     for mode, ops in results.items():
         by_aten: dict[str, list[str]] = defaultdict(list)
-        for oid, (status, detail, _) in sorted(ops.items()):
+        for oid, (status, detail, *_) in sorted(ops.items()):
             if status == "fallback":
                 for aten in detail.split():
                     by_aten[aten].append(oid)

@@ -96,7 +96,7 @@ def start_redis(workdir: Path, aof: bool = False) -> tuple[subprocess.Popen, int
 
 def start_xlacache(workdir: Path, extra: list[str]) -> tuple[subprocess.Popen, int]:
     log = workdir / "server.log"
-    args = [sys.executable, "-m", "xlacache.server", "--store", str(workdir / "store"),
+    args = [sys.executable, "-m", "xlacache", "serve", "--store", str(workdir / "store"),
             "--listen", "127.0.0.1:0", *extra]  # fmt: skip
     with open(log, "wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import struct
 import subprocess
 import sys
 import textwrap
@@ -58,6 +60,19 @@ def make_blob(n: int = 1, payload: bytes | None = None, **header) -> tuple[str, 
     header.setdefault("compile_seconds", 1.5)
     header.setdefault("label", f"jit_test_{n}")
     return key, entry.encode(key, payload, **header)
+
+
+def forge_header(blob: bytes, drop: tuple[str, ...] = (), **fields) -> bytes:
+    """`blob` with header fields replaced (or dropped) and every checksum made to match."""
+    size = entry.header_length(blob[: entry.PRELUDE_SIZE])
+    header = json.loads(blob[entry.PRELUDE_SIZE : size])
+    header.update(fields)
+    for name in drop:
+        del header[name]
+    data = json.dumps(header, sort_keys=True).encode()
+    prelude = struct.pack(">4sHI32s", entry.MAGIC, entry.FORMAT_VERSION, len(data),
+                          hashlib.sha256(data).digest())  # fmt: skip
+    return prelude + data + blob[size:]
 
 
 def run_python(

@@ -24,7 +24,7 @@ from cli_helpers import (
 )
 
 from xlacache import entry
-from xlacache.cli import commands
+from xlacache.cli import common
 from xlacache.stores.local import LocalStore
 
 ENTRY_FIELDS = {
@@ -321,7 +321,7 @@ def _spy_open_store(monkeypatch, root: Path) -> list[tuple[str, dict]]:
         calls.append((url, kwargs))
         return LocalStore(root, readonly=kwargs["readonly"], create=kwargs["create"])
 
-    monkeypatch.setattr(commands, "open_store", fake_open_store)
+    monkeypatch.setattr(common, "open_store", fake_open_store)
     return calls
 
 
@@ -367,7 +367,7 @@ def test_progress_goes_to_stderr_not_json_stdout(cache, monkeypatch, tmp_path, c
     root, _ = cache
     bundle = tmp_path / "b.tar"
     assert run("export", root, bundle).exit_code == 0
-    monkeypatch.setattr(commands, "MANY_ENTRIES", 1)  # "many entries": progress without a TTY
+    monkeypatch.setattr(common, "MANY_ENTRIES", 1)  # "many entries": progress without a TTY
     args = {
         "export": ["export", root, bundle],
         "import": ["import", bundle, tmp_path / "dest"],
@@ -506,3 +506,19 @@ def test_console_script_json_and_errors(cache, tmp_path):
     assert bad.stdout == ""
     assert bad.stderr.startswith("xlacache: error: invalid size 'lots'")
     assert len(bad.stderr.splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("args", [["bogus"], ["bogus", "x", "--json"], ["--nope"]])
+def test_unknown_command_or_option_is_one_line(args):
+    line = assert_one_line_error(run(*args), 2)
+    assert "bogus" in line or "--nope" in line
+
+
+def test_unknown_command_from_the_console_is_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "xlacache", "bogus"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "xlacache: error: no such command 'bogus' (see 'xlacache --help')"
+    ]

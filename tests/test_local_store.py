@@ -49,7 +49,17 @@ def test_not_a_cache(tmp_path):
     with pytest.raises(NotACacheError):
         LocalStore(tmp_path / "plain", create=False)
     with pytest.raises(NotACacheError):
-        LocalStore(tmp_path / "missing", readonly=True)
+        LocalStore(tmp_path / "missing", readonly=True, create=False)
+
+
+def test_a_reader_before_its_writer_finds_nothing_then_the_writers_entries(tmp_path):
+    reader = LocalStore(tmp_path / "later", readonly=True)  # nobody made it yet
+    key, blob = make_blob(1)
+    assert reader.get(key) is None and list(reader.list()) == [] and reader.leases()
+    assert not (tmp_path / "later").exists()  # a reader makes nothing
+    with LocalStore(tmp_path / "later") as writer:
+        writer.put(key, blob)
+    assert reader.get(key) == blob and [i.key for i in reader.list()] == [key]
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "magic"])
@@ -256,10 +266,11 @@ def test_writer_killed_mid_write_leaves_no_visible_entry(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     key = "ab" * 32
-    with LocalStore(root) as s:
+    assert len(list((root / "tmp").iterdir())) == 1  # never read, and its writer is gone:
+    with LocalStore(root) as s:  # a writable open removes it
+        assert list((root / "tmp").iterdir()) == []
         assert s.get(key) is None and not s.contains(key)
         assert list(s.list()) == [] and s.verify().corrupt == []
-        assert len(list((root / "tmp").iterdir())) == 1  # left for prune, never read
         # A later writer of the same key succeeds.
         blob = entry.encode(key, b"fresh", compile_seconds=1.0)
         s.put(key, blob)
@@ -308,3 +319,66 @@ def test_readonly_on_a_read_only_mount(tmp_path):
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["hit"] and out["listed"] == [key]
     assert out["write"] in (errno.EACCES, errno.EROFS)  # refused, whatever root may do
+
+
+def _plant_file(store: LocalStore, key: str, blob: bytes) -> None:
+    """An entry renamed into place whose index row was never written (crash, full disk)."""
+    path = store.entry_path(key)
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(blob)
+
+
+def test_index_drift_is_reconciled_on_open_and_counted(tmp_path):
+    root = tmp_path / "cache"
+    blobs = [make_blob(n, payload=bytes([n]) * 5000, created=1.7e9 + n) for n in range(7)]
+    size = len(blobs[0][1])
+    assert all(len(b) == size for _, b in blobs)
+    with LocalStore(root) as s:
+        for key, blob in blobs[:2]:
+            s.put(key, blob)
+        for key, blob in blobs[2:6]:
+            _plant_file(s, key, blob)
+        gone = s.entry_path(blobs[1][0])
+    gone.unlink()  # and a row whose file is gone
+    counters.reset()
+    with LocalStore(root, max_size=int(size * 3.5)) as s:
+        assert {i.key for i in s.list()} == {k for k, _ in blobs[:6]} - {blobs[1][0]}
+        assert s.summary().entries == 5 and s.summary().bytes == 5 * size
+        assert counters.snapshot()["index_drift"] == 5
+        s.put(*blobs[6])  # a write evicts what the cap says, planted entries included
+        on_disk = sum(p.stat().st_size for p in (root / "entries").rglob("*.xlac"))
+        assert on_disk <= size * 3.5 and s.summary().bytes == on_disk
+
+
+def test_key_with_a_trailing_newline_is_malformed(store):
+    key, blob = make_blob(1)
+    with pytest.raises(ValueError):
+        store.entry_path(key + "\n")
+    with pytest.raises((ValueError, CorruptEntryError)):
+        store.put(key + "\n", blob)
+
+
+def test_verify_reports_a_file_in_place_of_a_shard_directory(tmp_path):
+    with LocalStore(tmp_path / "c") as s:
+        s.put(*make_blob(1))
+        (s.entries_dir / "ff").write_bytes(b"not a directory")
+        report = s.verify()
+        assert report.corrupt == ["ff"]
+        assert s.verify(repair=True).repaired
+        assert not (s.entries_dir / "ff").exists() and s.verify().corrupt == []
+        s.put(*make_blob(0xFF << 248))  # the shard works again
+
+
+def test_verify_reports_the_temp_file_of_a_killed_writer(tmp_path):
+    root = tmp_path / "c"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(root)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "writing"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with LocalStore(root, readonly=True) as s:
+        assert s.verify().stale_temp_files == 1  # its writer is gone: abandoned, not busy
+    with LocalStore(root) as s:
+        assert s.verify().stale_temp_files == 0  # opening removed it
+        assert list((root / "tmp").iterdir()) == []

@@ -6,6 +6,7 @@ xlacache.initialize_cache("/tmp/xla_cache")   # before the first compile
 print(xlacache.stats())
 """
 
+from xlacache import executables
 from xlacache._version import __version__
 from xlacache.api import get_cache, initialize_cache, is_initialized, stats
 from xlacache.errors import CacheError, ConfigError, CorruptEntryError, NotACacheError
@@ -20,4 +21,5 @@ __all__ = [
     "ConfigError",
     "CorruptEntryError",
     "NotACacheError",
+    "executables",
 ]

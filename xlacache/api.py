@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import atexit
 import errno
+import logging
 import os
 import threading
 from collections.abc import Sequence
 
 from xlacache import config as config_mod
 from xlacache import counters, jax_bridge
-from xlacache.cache import CompilationCache, error_kind
+from xlacache.cache import CompilationCache, SingleFlight
 from xlacache.config import CacheConfig
-from xlacache.errors import ConfigError
+from xlacache.errors import ConfigError, kind_of
 from xlacache.stores import Store, open_store
 from xlacache.stores.local import LocalStore
 
+log = logging.getLogger("xlacache")
 _lock = threading.Lock()
 _config: CacheConfig | None = None
 _cache: CompilationCache | None = None
@@ -35,6 +37,11 @@ def initialize_cache(
     keep_hlo: bool | None = None,
     signing_key: str | os.PathLike | None = None,
     trusted_keys: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+    role: str | None = None,
+    single_flight: bool | None = None,
+    lease_ttl: float | str | None = None,
+    max_wait: float | str | None = None,
+    writer_grace: float | str | None = None,
 ) -> None:
     """Route every XLA compilation of this process through a persistent cache.
 
@@ -54,6 +61,15 @@ def initialize_cache(
     entry written; with `trusted_keys`, only entries signed by one of them are loaded:
     others are misses, counted as errors["untrusted"] (see docs/trust.md). A key that
     cannot be read raises ConfigError.
+
+    Pods (docs/pods.md): `role` is "writer" or "reader" (`readonly=True` is "reader");
+    by default the process of rank 0 writes and the others read (the rank from a
+    running jax.distributed job, else RANK / TPU_WORKER_ID / CLOUD_TPU_TASK_ID; no rank:
+    a writer). A reader writes nothing anywhere. With `single_flight` (default on),
+    workers sharing a store that miss one program at once compile it once: the others
+    wait (at most `max_wait`, default 30 min) for its entry; a compiler that dies is
+    replaced within `lease_ttl` (30 s). A reader waits up to `writer_grace` (10 s when
+    its role comes from `role` or a rank, else 0) for a writer to start on a program.
     """
     global _config, _cache
     settings = config_mod.resolve(
@@ -69,6 +85,12 @@ def initialize_cache(
         keep_hlo=keep_hlo,
         signing_key=signing_key,
         trusted_keys=trusted_keys,
+        role=role,
+        single_flight=single_flight,
+        lease_ttl=lease_ttl,
+        max_wait=max_wait,
+        writer_grace=writer_grace,
+        rank=_jax_rank(),
     )
     keys = _load_keys(settings)
     with _lock:
@@ -80,6 +102,7 @@ def initialize_cache(
                 f"cannot re-initialize with ({settings.describe()})"
             )
         _config = settings
+        log.info("xlacache: %s (%s)", settings.role, settings.role_origin)
         store = _open(settings)
         if store is None:
             return
@@ -90,6 +113,7 @@ def initialize_cache(
             **keys,
             explainer=_explainer(settings, store),
             keep_module_text=settings.keep_hlo,
+            single_flight=_single_flight(settings),
         )
         jax_bridge.install(_cache, prefetch=settings.prefetch)
         atexit.register(_close)
@@ -101,6 +125,11 @@ def stats() -> dict:
     return counters.snapshot()
 
 
+def get_config() -> CacheConfig | None:
+    """The settings initialize_cache resolved (role and role_origin included), or None."""
+    return _config
+
+
 def get_cache() -> CompilationCache | None:
     """The process's cache once initialized (None before, or if it could not open)."""
     return _cache
@@ -108,6 +137,19 @@ def get_cache() -> CompilationCache | None:
 
 def is_initialized() -> bool:
     return _config is not None
+
+
+def _jax_rank() -> tuple[int, str] | None:
+    index = jax_bridge.process_index()
+    return None if index is None else (index, "jax.process_index()")
+
+
+def _single_flight(settings: CacheConfig) -> SingleFlight | None:
+    if not settings.single_flight:
+        return None
+    return SingleFlight(
+        ttl=settings.lease_ttl, max_wait=settings.max_wait, writer_grace=settings.writer_grace
+    )
 
 
 def _load_keys(settings: CacheConfig) -> dict:
@@ -125,16 +167,20 @@ def _load_keys(settings: CacheConfig) -> dict:
 
 
 def _explainer(settings: CacheConfig, store: Store):
-    """An Explainer when asked for: it compares with the local tier and records misses
-    in the local directory, unless this process is read-only."""
+    """An Explainer when asked for: it compares with the local tier, records misses in
+    the local directory unless this process is read-only, and reports them to the
+    shared store where it takes them (a server always, a bucket unless read-only)."""
     if not settings.explain:
         return None
     from xlacache.explain import MISS_LOG, Explainer
     from xlacache.stores.tiered import TieredStore
 
-    local = store.local if isinstance(store, TieredStore) else store
+    tiered = isinstance(store, TieredStore)
+    local = store.local if tiered else store
+    shared = store.remote if tiered else None if isinstance(store, LocalStore) else store
     writable = isinstance(local, LocalStore) and not local.readonly and not settings.readonly
-    return Explainer(local, local.root / MISS_LOG if writable else None)
+    reporters = [shared] if shared is not None and shared.can_report_misses else []
+    return Explainer(local, local.root / MISS_LOG if writable else None, reporters=reporters)
 
 
 def _open(settings: CacheConfig) -> Store | None:
@@ -142,7 +188,7 @@ def _open(settings: CacheConfig) -> Store | None:
     try:
         local = _open_local(settings)
     except Exception as exc:  # noqa: BLE001 - no cache is better than no training
-        counters.record_error(error_kind(exc), exc)
+        counters.record_error(kind_of(exc), exc)
     if settings.remote is None:
         return local
     try:
@@ -157,9 +203,11 @@ def _open(settings: CacheConfig) -> Store | None:
     return TieredStore(local, remote, readonly=settings.readonly)
 
 
-def _open_local(settings: CacheConfig) -> LocalStore:
+def _open_local(settings: CacheConfig) -> LocalStore | None:
     options = {"max_size": settings.max_size, "max_age": settings.max_age}
     if settings.readonly:
+        if settings.remote is not None and not os.path.exists(settings.path):
+            return None  # a reader that creates no directory: the remote alone serves it
         return LocalStore(settings.path, readonly=True, **options)
     try:
         return LocalStore(settings.path, **options)

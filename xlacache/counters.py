@@ -36,6 +36,10 @@ FIELDS = (
     "compile_seconds",
     "compile_seconds_saved",
     "load_seconds",
+    "compiles_avoided",  # waits that ended loading another worker's entry (single-flight)
+    "wait_seconds",  # time spent waiting on other workers' compiles
+    "leases_taken_over",  # leases taken from a holder that died or stalled
+    "wait_timeouts",  # waits that reached max_wait (then compiled here)
 )
 
 

@@ -21,12 +21,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 import platform
+import re
 import socket
 import struct
 import time
-from dataclasses import asdict, dataclass, field, replace
-from typing import Protocol
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from typing import BinaryIO, Protocol
 
 import zstandard
 
@@ -38,8 +41,18 @@ FORMAT_VERSION = 2  # 2: key components, summary, module text, signature
 _PRELUDE = struct.Struct(">4sHI32s")  # magic, version, header length, header sha256
 PRELUDE_SIZE = _PRELUDE.size
 MAX_HEADER_SIZE = 1 << 20
+MAX_ENTRY_SIZE = 2 * 1024**3  # default cap on one entry (server uploads, bundle imports)
 COMPRESSION = "zstd"
 _ZSTD_LEVEL = 3
+_HEADER_PROBE = 64 * 1024  # bytes read at once to find a header in a file
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+def is_sha256_hex(text: object) -> bool:
+    """Whether `text` is a hex SHA-256 as keys and digests are written: 64 lowercase hex digits."""
+    return isinstance(text, str) and _SHA256_HEX.fullmatch(text) is not None
+
+
 MAX_MODULE_TEXT = 1 << 30
 
 
@@ -85,6 +98,95 @@ class Header:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _count(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _seconds(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and value >= 0
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+def _table(value: object) -> bool:
+    return isinstance(value, dict)
+
+
+def _digests(value: object) -> bool:
+    return isinstance(value, dict) and all(is_sha256_hex(v) for v in value.values())
+
+
+def _anything(value: object) -> bool:  # a field still without a row (tests catch that)
+    return True
+
+
+# Every Header field, the check its decoded JSON value must pass, and what the check
+# wants (for the error message). A new field adds one row; tests fail on a field
+# without one. Fields with a default may be missing (entries written before them).
+HEADER_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "key": (is_sha256_hex, "64 lowercase hex digits"),
+    "payload_sha256": (is_sha256_hex, "64 lowercase hex digits"),
+    "payload_size": (_count, "a whole number >= 0"),
+    "body_size": (_count, "a whole number >= 0"),
+    "compile_seconds": (_seconds, "a finite number >= 0"),
+    "created": (_seconds, "a finite number >= 0 (unix time)"),
+    "label": (_text, "a string"),
+    "platform": (_text, "a string"),
+    "compression": (lambda v: v == COMPRESSION, repr(COMPRESSION)),
+    "format_version": (lambda v: type(v) is int and v == FORMAT_VERSION, str(FORMAT_VERSION)),
+    "producer": (_strings, "an object of strings"),
+    "context": (_table, "an object"),
+    "components": (_digests, "an object of 64-hex-digit digests"),
+    "summary": (_table, "an object"),
+    "module_text_size": (_count, "a whole number >= 0"),
+    "signer": (_text, "a string"),
+    "signature": (_text, "a string"),
+}
+# Checks across fields, on the checked Header.
+HEADER_RELATIONS: tuple[tuple[Callable[[Header], bool], str], ...] = (
+    (lambda h: h.module_text_size <= h.body_size, "module_text_size <= body_size"),
+)
+
+
+def header_from_fields(values: object) -> Header:
+    """A Header from decoded JSON, every field checked (HEADER_CHECKS); else CorruptEntryError."""
+    if not isinstance(values, dict):
+        raise CorruptEntryError("entry header is not a JSON object")
+    names = set()
+    for f in fields(Header):
+        names.add(f.name)
+        if f.name not in values:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise CorruptEntryError(f"entry header lacks field {f.name!r}")
+            continue
+        check, wanted = HEADER_CHECKS.get(f.name, (_anything, ""))
+        if not check(values[f.name]):
+            shown = repr(values[f.name])[:80]
+            raise CorruptEntryError(f"entry header field {f.name!r} is {shown}, not {wanted}")
+    if unknown := set(values) - names:
+        raise CorruptEntryError(f"entry header has unknown fields {sorted(unknown)}")
+    header = Header(**values)
+    for holds, rule in HEADER_RELATIONS:
+        if not holds(header):
+            raise CorruptEntryError(f"entry header breaks {rule}")
+    return header
+# Alias entries (xlacache.executables) hold a small JSON record naming another entry's key;
+# they are marked in the context (what `is_alias` checks) and in the label (what listings see).
+ALIAS_CONTEXT = {"kind": "alias"}
+ALIAS_LABEL_PREFIX = "alias:"
+
+
+def is_alias(header: Header) -> bool:
+    """Whether the entry is an alias entry (its payload is a record, not an executable)."""
+    return header.context.get("kind") == ALIAS_CONTEXT["kind"]
 
 
 class Signer(Protocol):
@@ -189,6 +291,10 @@ def sign(blob: bytes | memoryview, signer: Signer) -> bytes:
 
 
 def _pack(header: Header, body: bytes | memoryview) -> bytes:
+    try:  # never write what no reader would accept
+        header_from_fields(header.to_dict())
+    except CorruptEntryError as exc:
+        raise ValueError(f"cannot encode entry {header.key!r}: {exc}") from None
     header_bytes = json.dumps(header.to_dict(), sort_keys=True).encode()
     prelude = _PRELUDE.pack(
         MAGIC, FORMAT_VERSION, len(header_bytes), hashlib.sha256(header_bytes).digest()
@@ -200,6 +306,16 @@ def read_header(data: bytes | memoryview) -> Header:
     """Parse and check only the header of an encoded entry (a prefix is enough)."""
     header, _ = _parse_header(memoryview(data))
     return header
+
+
+def read_file_header(f: BinaryIO) -> tuple[Header, int]:
+    """The checked header of the entry in a binary file (read from its current position),
+    and the length of prelude plus header: where the body starts."""
+    head = f.read(_HEADER_PROBE)
+    need = header_length(head)
+    if need > len(head):
+        head += f.read(need - len(head))
+    return read_header(head), need
 
 
 def header_length(prelude: bytes) -> int:
@@ -262,7 +378,79 @@ def _parse_header(view: memoryview) -> tuple[Header, int]:
     if hashlib.sha256(header_bytes).digest() != header_sha:
         raise CorruptEntryError("entry header checksum mismatch")
     try:
-        fields = json.loads(header_bytes)
-        return Header(**fields), end
-    except (ValueError, TypeError) as exc:
+        values = json.loads(header_bytes)
+    except ValueError as exc:
         raise CorruptEntryError(f"entry header unreadable: {exc}") from exc
+    return header_from_fields(values), end
+
+
+class EntryReader:
+    """Checks an encoded entry as its bytes arrive, holding nothing but its header.
+
+    feed() the bytes in order: the header is parsed and checked (`header`) as soon as it
+    is whole, against `key` and the entry's total `size` where given; the body is hashed
+    as it passes. finish() checks the length and the body's digest. Every failure is a
+    CorruptEntryError.
+    """
+
+    def __init__(self, key: str | None = None, size: int | None = None) -> None:
+        self.key = key
+        self.size = size
+        self.received = 0
+        self.header: Header | None = None
+        self.body_offset: int | None = None  # prelude + header length, once known
+        self._head = bytearray()
+        self._body = hashlib.sha256()
+
+    def feed(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        self.received += len(view)
+        if self.size is not None and self.received > self.size:
+            raise CorruptEntryError(f"entry longer than its declared {self.size} bytes")
+        if self.header is None:
+            view = self._take_header(view)
+        if self.header is not None and len(view):
+            self._body.update(view)
+
+    def _take_header(self, view: memoryview) -> memoryview:
+        while self.header is None:
+            goal = PRELUDE_SIZE if self.body_offset is None else self.body_offset
+            take = goal - len(self._head)
+            self._head += view[:take]
+            view = view[take:]
+            if len(self._head) < goal:
+                return view
+            if self.body_offset is None:
+                self.body_offset = header_length(bytes(self._head))
+                if self.size is not None and self.body_offset > self.size:
+                    raise CorruptEntryError("entry header longer than the entry")
+                continue
+            header = read_header(self._head)
+            if self.key is not None and header.key != self.key:
+                raise CorruptEntryError(f"entry holds key {header.key}, expected {self.key}")
+            if self.size is not None and self.body_offset + header.body_size != self.size:
+                raise CorruptEntryError(
+                    f"entry header says {self.body_offset + header.body_size} bytes, "
+                    f"not {self.size}"
+                )
+            self.header = header
+            self._head = bytearray()
+        return view
+
+    @property
+    def body_sha256(self) -> str:
+        """Hex SHA-256 of the body bytes fed so far."""
+        return self._body.hexdigest()
+
+    def finish(self) -> Header:
+        """The header of a whole, verified entry; CorruptEntryError otherwise."""
+        if self.header is None:
+            raise CorruptEntryError(f"entry truncated inside its header ({self.received} bytes)")
+        expected = self.body_offset + self.header.body_size
+        if self.received != expected:
+            raise CorruptEntryError(
+                f"entry {self.header.key} truncated: {self.received} of {expected} bytes"
+            )
+        if self.body_sha256 != self.header.payload_sha256:
+            raise CorruptEntryError(f"entry {self.header.key}: body checksum mismatch")
+        return self.header

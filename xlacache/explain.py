@@ -11,33 +11,34 @@ where they are readable::
 
 Off unless XLACACHE_EXPLAIN=1: nothing here runs on a hit, and without an explainer
 nothing runs on a miss either. A writable process records each explained miss in a
-capped JSON-lines file in its local cache directory (`MISS_LOG`), which
-`xlacache explain PATH` shows; `xlacache diff PATH KEY1 KEY2` compares two entries.
+capped JSON-lines file in its local cache directory (`MISS_LOG`) and reports it to its
+shared store (a server or a bucket: `Store.report_miss`, rate-limited here), where
+`xlacache explain PATH|URL` shows them; `xlacache diff PATH KEY1 KEY2` compares two
+entries. Records and their files are `xlacache.misslog`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import json
 import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
-from xlacache import counters, entry
+from xlacache import counters, entry, misslog
+from xlacache.errors import PermissionDeniedError, ReadOnlyError, ServerBusyError
 from xlacache.key import COMPONENTS, Identity
+from xlacache.misslog import MAX_LOG_BYTES
+from xlacache.misslog import MISS_LOG as MISS_LOG  # re-exported: a cache directory's miss log
 
 log = logging.getLogger("xlacache.explain")
 
-MISS_LOG = "misses.jsonl"
-MAX_LOG_BYTES = 2 << 20  # the log is cut to its newest half beyond this
 MAX_CANDIDATES = 32  # stored entries compared per miss
+REPORTS_PER_SECOND = 2.0  # misses one process reports to shared stores, on average
+REPORT_BURST = 100  # ... and at once (a cold start)
 MAX_SHOWN_LINES = 3  # differing module lines shown per side
 
 NAMES = {
@@ -275,7 +276,7 @@ class Explanation:
 
 def explain(store, miss: Side, max_candidates: int = MAX_CANDIDATES) -> Explanation:
     """Explain why `miss` is not in `store` (anything with list() and read_header())."""
-    infos = list(store.list())
+    infos = [i for i in store.list() if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
     if any(i.key == miss.key for i in infos):
         note = "an entry with this key is stored but could not be used (see stats()['errors'])"
         return Explanation(miss.key, miss.label, "unusable", note=note)
@@ -320,8 +321,11 @@ def stored_module_text(store, header: entry.Header) -> str | None:
 
 
 class Explainer:
-    """Explains misses as they happen: one log line each, counted by reason, and
-    recorded in `log_path` (a writable process's local cache directory) if given."""
+    """Explains misses as they happen: one log line each, counted by reason, recorded in
+    `log_path` (a writable process's local cache directory) if given, and reported to
+    each of `reporters` (shared stores: `Store.report_miss`), at most
+    REPORTS_PER_SECOND on average; reports over that, or refused, are counted in
+    `miss_reports_dropped`."""
 
     def __init__(
         self,
@@ -329,11 +333,14 @@ class Explainer:
         log_path: str | os.PathLike | None = None,
         max_candidates: int = MAX_CANDIDATES,
         max_log_bytes: int = MAX_LOG_BYTES,
+        reporters: Sequence = (),
     ) -> None:
         self.store = store
         self.log_path = Path(log_path) if log_path is not None else None
         self.max_candidates = max_candidates
         self.max_log_bytes = max_log_bytes
+        self.reporters = tuple(reporters)
+        self._report_limit = misslog.RateLimit(REPORTS_PER_SECOND, REPORT_BURST)
 
     def on_miss(self, identity: Identity) -> Explanation | None:
         """Explain, log, count and record a miss; never raises."""
@@ -344,53 +351,50 @@ class Explainer:
             return None
         counters.count_miss_reason(found.reason)
         log.warning("%s", found.line())
+        record = found.to_record()
         if self.log_path is not None:
             try:
-                record_miss(self.log_path, found, self.max_log_bytes)
+                misslog.append(self.log_path, record, self.max_log_bytes)
             except OSError as exc:
                 counters.record_error("explain", exc)
+        if self.reporters:
+            self._report(record)
         return found
+
+    def _report(self, record: dict) -> None:
+        if not self._report_limit.take():
+            counters.add("miss_reports_dropped", len(self.reporters))
+            return
+        for store in self.reporters:
+            try:
+                store.report_miss(record)
+            except Exception as exc:  # noqa: BLE001 - a report is never worth the compile
+                counters.add("miss_reports_dropped")
+                if isinstance(exc, ServerBusyError):  # a server's own rate limit
+                    continue
+                counters.record_error("explain", exc)
+                if isinstance(exc, (PermissionDeniedError, ReadOnlyError)):
+                    # Credentials that may not write there (a bucket's objectViewer):
+                    # stop asking for the rest of the process.
+                    self.reporters = tuple(r for r in self.reporters if r is not store)
+            else:
+                counters.add("miss_reports")
 
 
 def record_miss(path: Path, found: Explanation, max_bytes: int = MAX_LOG_BYTES) -> None:
-    """Append one record (one write, so concurrent processes do not interleave); past
-    `max_bytes`, cut the log to its newest half."""
-    line = json.dumps(found.to_record(), sort_keys=True) + "\n"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line)
-        size = f.tell()
-    if size > max_bytes:
-        _trim(path, max_bytes // 2)
+    """Append one explained miss to a miss log file (see `xlacache.misslog`)."""
+    misslog.append(path, found.to_record(), max_bytes)
 
 
-def _trim(path: Path, keep_bytes: int) -> None:
-    with contextlib.suppress(Timeout), FileLock(f"{path}.lock", timeout=5):
-        lines = path.read_bytes().splitlines(keepends=True)
-        kept: list[bytes] = []
-        total = 0
-        for line in reversed(lines):
-            total += len(line)
-            if total > keep_bytes:
-                break
-            kept.append(line)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(b"".join(reversed(kept)))
-        os.replace(tmp, path)
+def why(record: Mapping) -> str:
+    """A recorded miss's note and differences on one line (tables, the status page)."""
+    parts = [record["note"]] if record.get("note") else []
+    for diff in record.get("differences", []):
+        name = NAMES.get(diff.get("component"), diff.get("component"))
+        parts.append(f"{name}: " + "; ".join(diff.get("details", [])))
+    return " | ".join(parts)
 
 
 def recent_misses(path: str | os.PathLike, limit: int | None = None) -> list[dict]:
-    """Recorded misses, newest first (a torn or foreign line is skipped)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("time"), (int, float)):
-            records.append(record)
-    records.sort(key=lambda r: r["time"], reverse=True)
-    return records[:limit] if limit is not None else records
+    """Recorded misses of a miss log file, newest first (a torn or foreign line is skipped)."""
+    return misslog.read(path, limit)

@@ -18,7 +18,9 @@ import io
 import json
 import os
 import sys
+import threading
 import weakref
+from collections.abc import Iterator
 
 from xlacache import counters
 from xlacache.cache import CompilationCache
@@ -36,6 +38,7 @@ EXPECTED_PARAMETERS = (
 
 _original = None
 _cache: CompilationCache | None = None
+_captures = threading.local()  # see capture()
 _topologies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> topology
 
 
@@ -91,6 +94,20 @@ def uninstall() -> None:
     _cache = None
 
 
+def process_index() -> int | None:
+    """This process's index in a running jax.distributed job, or None (no job: not
+    initialized, or JAX not even imported yet). Starts no backend."""
+    if "jax" not in sys.modules:
+        return None
+    try:
+        from jax._src import distributed
+
+        state = distributed.global_state
+        return None if state.client is None else int(state.process_id)
+    except Exception:  # noqa: BLE001 - JAX moved it: the rank comes from the environment
+        return None
+
+
 def key_inputs(backend, computation, devices, compile_options) -> KeyInputs:
     """The components of xlacache's key, taken from JAX's compile arguments."""
     from jax._src.lib import version_str as jaxlib_version
@@ -144,7 +161,7 @@ def _compile_or_get_cached(
     except Exception as exc:  # noqa: BLE001
         counters.record_error("key", exc)
         return compile_()
-    return cache.get_or_compile(
+    result = cache.get_or_compile(
         ident.key,
         compile=compile_,
         load=lambda payload: backend.deserialize_executable(
@@ -156,6 +173,25 @@ def _compile_or_get_cached(
         context=load_context(compile_options, executable_devices),
         identity=ident,
     )
+    captured = getattr(_captures, "into", None)
+    if captured is not None:
+        captured.append((ident, cache.last_outcome()))
+    return result
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[list]:
+    """Collect ``(Identity, outcome)`` for each compilation this thread sends through the
+    cache inside the block (outcome: `CompilationCache.last_outcome`)."""
+    outer = getattr(_captures, "into", None)
+    captured: list = []
+    _captures.into = captured
+    try:
+        yield captured
+    finally:
+        _captures.into = outer
+        if outer is not None:
+            outer.extend(captured)
 
 
 def load_context(compile_options, executable_devices) -> dict:

@@ -25,17 +25,16 @@ JAX objects.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from xlacache.entry import FORMAT_VERSION
-
-KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+from xlacache.entry import FORMAT_VERSION, is_sha256_hex
 
 # The named components of a key, in the order they are hashed.
 COMPONENTS = ("format", "hlo", "compile_options", "jaxlib", "platform", "devices", "xla_flags")
+# The components a process can work out without lowering its program (see alias_key).
+ENVIRONMENT_COMPONENTS = ("format", "jaxlib", "platform", "devices", "xla_flags")
 
 # XLA flags (and DebugOptions fields of the same names) that change only what XLA
 # writes for people or where it keeps side caches, never the executable.
@@ -111,6 +110,37 @@ def cache_key(inputs: KeyInputs) -> str:
     return key_from_components(component_digests(inputs))
 
 
+# The named parts of an alias key, in the order they are hashed; see alias_key.
+ALIAS_PARTS = ("alias", "program", "lowering", "frontend", "executable_devices")
+ALIAS_FORMAT = 1
+
+
+def alias_key(parts: Mapping[str, bytes], environment: Mapping[str, str]) -> str:
+    """The key under which an alias entry names the key of a program's executable.
+
+    A runtime that can name its program exactly before lowering it (the lazy runtime's graph
+    digest) looks the executable up by this key instead of lowering the program to compute
+    the real one. So the alias key covers everything the real key depends on: `parts` give
+    the program (``program``), what turns it into HLO and decides its compile options
+    (``lowering``: the runtime's code, including how it calls ``jax.jit``; ``frontend``:
+    JAX's version and whole configuration) and the device the executable runs on
+    (``executable_devices``); `environment` holds this process's ENVIRONMENT_COMPONENTS
+    digests (entry format, jaxlib, platform, devices and topology, XLA flags). An alias key
+    never equals a real key: its first part is the alias format, and real keys hash
+    component digests.
+    """
+    named = [("alias", f"xlacache-alias/{ALIAS_FORMAT}".encode())]
+    named += [(name, parts[name]) for name in ALIAS_PARTS[1:]]
+    named += [(f"env.{name}", bytes.fromhex(environment[name])) for name in ENVIRONMENT_COMPONENTS]
+    return _digest(named)
+
+
+def environment_digests(inputs: KeyInputs) -> dict[str, str]:
+    """The ENVIRONMENT_COMPONENTS digests of `inputs` (its hlo and options are not read)."""
+    parts = key_parts(inputs)
+    return {name: _digest(parts[name]) for name in ENVIRONMENT_COMPONENTS}
+
+
 def summarize(inputs: KeyInputs) -> dict[str, dict]:
     """What people can read of each component (a digest alone says only 'differs')."""
     return {
@@ -164,4 +194,5 @@ def codegen_flags(flags: Iterable[str]) -> tuple[str, ...]:
 
 
 def is_valid_key(key: str) -> bool:
-    return bool(KEY_RE.match(key))
+    """Whether `key` is a well-formed cache key (64 lowercase hex digits, nothing more)."""
+    return is_sha256_hex(key)

@@ -44,3 +44,11 @@ def format_size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def format_duration(seconds: float) -> str:
+    """'0.4 s', '12 s', '4.5 min', '2.3 h', '1.5 d' (a readable length of time)."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if abs(seconds) >= (2 * size if unit == "d" else size):
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s" if abs(seconds) < 10 else f"{seconds:.0f} s"

@@ -76,6 +76,10 @@ def test_one_way_layers():
         assert graph[m] <= lowering, (m, graph[m])
     assert not {"dispatch", "special", "executor"} & graph["record"], graph["record"]
     assert "__init__" not in set().union(*graph.values())
+    # compat (torch_xla-shaped names) sits above the public API: nothing below imports it
+    runtime = {m: deps for m, deps in graph.items() if not m.startswith("compat")}
+    assert not any(d.startswith("compat") for d in set().union(*runtime.values()))
+    assert not any("lazy.compat" in f.read_text() for f in PKG.glob("*.py"))
 
 
 def test_modules_are_small():

@@ -42,6 +42,7 @@ class ServerProcess:
     port: int = 0
     http_port: int | None = None
     args: list[str] = field(default_factory=list)
+    cache_dir: Path | None = None  # a bucket server's local directory
 
     @property
     def url(self) -> str:
@@ -68,17 +69,25 @@ class ServerProcess:
 
 
 def start_server(
-    tmp_path: Path, *extra: str, store: Path | None = None, listen: str = "127.0.0.1:0"
+    tmp_path: Path,
+    *extra: str,
+    store: Path | str | None = None,
+    listen: str = "127.0.0.1:0",
+    env: dict[str, str] | None = None,
 ) -> ServerProcess:
-    """Run the daemon with --listen 127.0.0.1:0 and wait until it says where it listens."""
+    """Run the daemon with --listen 127.0.0.1:0 and wait until it says where it listens.
+
+    `store` may be a gs:// URL (pass --cache-dir in `extra`, and the emulator in `env`)."""
     store = store or tmp_path / "server-store"
     log = tmp_path / f"server-{time.monotonic_ns()}.log"
     args = [
-        sys.executable, "-m", "xlacache.server",
+        sys.executable, "-m", "xlacache", "serve",
         "--store", str(store), "--listen", listen, *extra,
     ]  # fmt: skip
     with open(log, "wb") as out:
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
     server = ServerProcess(proc, store, log, args=args)
     deadline = time.monotonic() + STARTUP_SECONDS
     while time.monotonic() < deadline:
@@ -94,6 +103,16 @@ def start_server(
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError(f"server did not start:\n{server.log_text()}")
+
+
+def start_bucket_server(
+    tmp_path: Path, url: str, env: dict[str, str], *extra: str, name: str = "replica"
+) -> ServerProcess:
+    """A server over a bucket (an emulator named in `env`) with its own local directory."""
+    cache_dir = tmp_path / f"{name}-{time.monotonic_ns()}"
+    server = start_server(tmp_path, "--cache-dir", str(cache_dir), *extra, store=url, env=env)
+    server.cache_dir = cache_dir
+    return server
 
 
 def write_tokens(path: Path) -> Path:

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from xlacache.errors import ConfigError
-from xlacache.server import protogen
-from xlacache.server.auth import AuthError, Role, TokenTable, token_digest
+from xlacache.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
+from xlacache.server.auth import Role, TokenTable, token_digest
 from xlacache.server.config import is_loopback, load_config
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_generated_code_is_fresh():
     pytest.importorskip("grpc_tools")
-    assert protogen.stale_files() == [], "run: python -m xlacache.server.protogen"
+    spec = importlib.util.spec_from_file_location("protogen", REPO / "tools" / "protogen.py")
+    protogen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(protogen)
+    assert protogen.stale_files() == [], "run: make proto (python tools/protogen.py)"
 
 
 def test_settings_layering(tmp_path):
@@ -59,14 +65,12 @@ def test_tokens_and_roles():
     )
     md = lambda t: (("authorization", f"Bearer {t}"),)  # noqa: E731
     assert table.authorize(md("reader-token-000000001"), Role.READ).name == "ci"
-    with pytest.raises(AuthError) as err:
+    with pytest.raises(PermissionDeniedError):
         table.authorize(md("reader-token-000000001"), Role.WRITE)
-    assert not err.value.unauthenticated
     assert table.authorize(md("admin-token-000000001"), Role.ADMIN).role is Role.ADMIN
     for bad in ((), md("wrong-token-0000000000"), (("authorization", "Basic abc"),)):
-        with pytest.raises(AuthError) as err:
+        with pytest.raises(UnauthenticatedError):
             table.authorize(bad, Role.READ)
-        assert err.value.unauthenticated
     assert TokenTable().open
     for text in ("superuser abcdefabcdefabcdef", "read short", "", "read"):
         with pytest.raises(ConfigError):
@@ -75,7 +79,7 @@ def test_tokens_and_roles():
 
 def _serve(*args, env=None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "xlacache.server", *args],
+        [sys.executable, "-m", "xlacache", "serve", *args],
         capture_output=True, text=True, timeout=60, env=env,
     )  # fmt: skip
 

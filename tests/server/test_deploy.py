@@ -14,8 +14,13 @@ yaml = pytest.importorskip("yaml")
 
 from xlacache.cli.serve import serve_command  # noqa: E402
 from xlacache.server.auth import TokenTable  # noqa: E402
-from xlacache.server.config import ENV_PREFIX, _known, split_host_port  # noqa: E402
-from xlacache.units import parse_duration  # noqa: E402
+from xlacache.server.config import (  # noqa: E402
+    ENV_PREFIX,
+    _known,
+    is_bucket_url,
+    split_host_port,
+)
+from xlacache.units import parse_duration, parse_size  # noqa: E402
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -102,3 +107,31 @@ def test_readme_documents_every_file():
     for path in DEPLOY.rglob("*"):
         if path.is_file() and path.name != "README.md":
             assert str(path.relative_to(DEPLOY)) in readme, path
+
+
+def test_bucket_deployment_runs_replicas_over_gs_with_workload_identity():
+    m = manifests()
+    deployment, account = m["deployment-gcs"], m["serviceaccount"]
+    assert deployment["spec"]["replicas"] >= 2
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = parse_args(container["args"])
+    assert is_bucket_url(args["--store"]) and args["--cache-dir"]
+    settings = _known("deployment-gcs", {k.lstrip("-"): v for k, v in args.items()})
+    assert settings["max_size"] > 0
+    mounts = {v["name"]: v["mountPath"] for v in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert mounts["cache"] == args["--cache-dir"] and "emptyDir" in volumes["cache"]
+    size_limit = volumes["cache"]["emptyDir"]["sizeLimit"]  # a Kubernetes quantity: 25Gi
+    assert parse_size(size_limit + "B") > settings["max_size"]
+    assert args["--tokens"] == f"{mounts['tokens']}/tokens"
+    _, grpc_port = split_host_port(args["--listen"])
+    assert {p["name"]: p["containerPort"] for p in container["ports"]}["grpc"] == grpc_port
+    assert container["readinessProbe"]["grpc"]["port"] == grpc_port
+    # The Service fronts it as it fronts the one-replica deployment.
+    assert m["service"]["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    # Workload Identity: the pods' Kubernetes service account names a Google one.
+    assert spec["serviceAccountName"] == account["metadata"]["name"]
+    google = account["metadata"]["annotations"]["iam.gke.io/gcp-service-account"]
+    assert google.endswith(".iam.gserviceaccount.com")
+    assert spec["terminationGracePeriodSeconds"] > parse_duration(args["--shutdown-grace"])

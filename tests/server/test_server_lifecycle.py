@@ -61,7 +61,7 @@ def _slow_upload(server, key, blob, pause_after: int, pause: float, result: dict
     """Upload in 64 KiB chunks, pausing `pause` seconds after `pause_after` chunks."""
     stub = GrpcStore(server.url)._put_raw
     from xlacache import entry
-    from xlacache.server import wire
+    from xlacache.protocol import wire
 
     digest = entry.read_header(blob).payload_sha256
     step = 64 * 1024

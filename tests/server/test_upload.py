@@ -14,7 +14,8 @@ from srvutil import make_entry, start_server
 
 from xlacache import entry
 from xlacache.errors import CorruptEntryError
-from xlacache.server import diskio, wire
+from xlacache.protocol import wire
+from xlacache.server import diskio
 from xlacache.server.config import load_config
 from xlacache.stores.local import STALE_TEMP_SECONDS, LocalStore
 from xlacache.stores.remote import GrpcStore

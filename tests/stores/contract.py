@@ -61,6 +61,7 @@ class StoreContract:
     """Tests every Store backend passes. See the module docstring for the hooks."""
 
     corrupt_get_raises = True
+    readonly_reports_misses = False  # a server takes miss reports from read-only clients
 
     # -- hooks ------------------------------------------------------------------------
 
@@ -323,6 +324,52 @@ class StoreContract:
         assert (clean.checked, clean.corrupt) == (2, [])
         assert bad not in {i.key for i in store.list()}
         assert all(store.get(k) == b for k, b in blobs.items() if k != bad)
+
+    # -- recorded misses -----------------------------------------------------------------
+
+    @staticmethod
+    def miss_record(n: int, **fields) -> dict:
+        return {"time": time.time(), "key": make_key(n), "label": f"jit_{n}",
+                "reason": "flags", "note": "", "nearest": make_key(n + 1),
+                "differences": [{"component": "xla_flags", "details": [f"`--x={n}` added"]}],
+                "compared": 2, "host": "h", "pid": 7, **fields}  # fmt: skip
+
+    def test_recorded_misses_come_back_newest_first_and_bounded(self, store):
+        assert store.can_report_misses
+        for n in (900, 901):
+            store.report_miss(self.miss_record(n))
+        huge = self.miss_record(
+            902,
+            note="x" * 20_000,
+            differences=[{"component": "hlo", "details": ["d"] * 100}] * 100,
+        )
+        store.report_miss(huge)
+        newest = store.recent_misses(3)
+        assert [r["key"] for r in newest] == [make_key(n) for n in (902, 901, 900)]
+        assert newest[1]["differences"] == self.miss_record(901)["differences"]
+        assert newest[1]["nearest"] == make_key(902) and newest[1]["pid"] == 7
+        assert newest[1]["reason"] == "flags" and newest[1]["label"] == "jit_901"
+        assert len(newest[0]["note"]) <= 1000 and len(newest[0]["differences"]) <= 16
+        assert all(len(d["details"]) <= 12 for d in newest[0]["differences"])
+        assert len(store.recent_misses()) >= 3
+
+    def test_a_readonly_store_records_no_misses(self, store):
+        store.report_miss(self.miss_record(910))
+        before = self.snapshot(store)
+        reader = self.readonly_view(store)
+        try:
+            assert reader.recent_misses(1)[0]["key"] == make_key(910)
+            if self.readonly_reports_misses:
+                assert reader.can_report_misses
+                reader.report_miss(self.miss_record(911))
+                assert store.recent_misses(1)[0]["key"] == make_key(911)
+                return
+            assert not reader.can_report_misses
+            with pytest.raises(ReadOnlyError):
+                reader.report_miss(self.miss_record(911))
+        finally:
+            reader.close()
+        assert self.snapshot(store) == before
 
     # -- read-only -----------------------------------------------------------------------
 

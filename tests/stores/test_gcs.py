@@ -19,6 +19,7 @@ from xlacache.errors import (
     ConfigError,
     CorruptEntryError,
     NotACacheError,
+    PermissionDeniedError,
     ReadOnlyError,
     StoreUnavailableError,
 )
@@ -192,7 +193,7 @@ def test_forbidden_is_a_permission_error_and_a_tier_stops_uploading(gcs, tmp_pat
     key, blob = make_blob(7)
     with pytest.raises(StoreUnavailableError) as caught:
         store.put(key, blob)
-    assert caught.value.permission_denied
+    assert isinstance(caught.value, PermissionDeniedError)
     tier = TieredStore(LocalStore(tmp_path / "local"), remote)
     with pytest.warns(counters.CacheWarning):
         for n in range(3):
@@ -332,4 +333,26 @@ def test_a_writer_without_create_permission_still_reads(gcs):
     assert viewer.get(key) == blob
     with pytest.raises(StoreUnavailableError) as caught:
         viewer.put(*make_blob(41))
-    assert caught.value.permission_denied
+    assert isinstance(caught.value, PermissionDeniedError)
+
+
+def test_miss_records_are_small_objects_that_writers_trim(gcs, monkeypatch):
+    from xlacache.stores import gcs as gcs_module
+
+    monkeypatch.setattr(gcs_module, "MAX_MISS_OBJECTS", 5)
+    monkeypatch.setattr(gcs_module, "TRIM_MISSES_EVERY", 4)
+    store = GCSStore(gcs.url())
+    for n in range(13):
+        store.report_miss({"time": 1000.0 + n, "key": make_key(n), "reason": "flags"})
+    names = sorted(o.name for o in store.objects.list(gcs_module.MISSES))
+    # Trimmed to the newest 5 after the 1st, 5th, 9th and 13th report.
+    assert len(names) == 5 and all(n.endswith(".json") for n in names)
+    assert [r["key"] for r in store.recent_misses(2)] == [make_key(12), make_key(11)]
+    assert [r["time"] for r in store.recent_misses()] == [1000.0 + n for n in range(12, 7, -1)]
+    gcs.proxy.reset_log()
+    reader = GCSStore(gcs.url(), readonly=True)
+    assert len(reader.recent_misses()) == 5 and not reader.can_report_misses
+    assert gcs.proxy.writes() == []
+    # A stray object under misses/ is skipped, not an error.
+    store.objects.create(f"{gcs_module.MISSES}99999999999999999999-x.json", b"not json")
+    assert len(store.recent_misses()) == 5

@@ -1,1 +1,1 @@
-"""Generated from proto/ by `python -m xlacache.server.protogen`; do not edit."""
+"""Generated from proto/ by `make proto` (tools/protogen.py); do not edit."""

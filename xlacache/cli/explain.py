@@ -1,8 +1,9 @@
 """Why did it miss: `xlacache explain` (recorded misses) and `xlacache diff` (two entries).
 
-Both read entry headers through the Store interface (`Store.read_header`), so a store
-that implements it serves them; recorded misses live in a local cache directory (the
-`misses.jsonl` that processes running with XLACACHE_EXPLAIN=1 append to).
+Both go through the Store interface: `diff` reads entry headers (`Store.read_header`),
+`explain` the misses that processes running with XLACACHE_EXPLAIN=1 recorded
+(`Store.recent_misses`): a cache directory's `misses.jsonl`, a server's ring, a
+bucket's `misses/` objects.
 """
 
 from __future__ import annotations
@@ -13,40 +14,20 @@ import typer
 from rich.table import Table
 
 from xlacache import explain
-from xlacache.cli.commands import (
+from xlacache.cli.commands import _normalize_key, _resolve_keys
+from xlacache.cli.common import (
     BadInput,
     JsonOpt,
     PathArg,
     StoreCommand,
     TokenOpt,
-    _normalize_key,
-    _open,
-    _print_json,
-    _resolve_keys,
-    _stdout,
-    _when,
+    open_cache,
+    print_json,
+    stdout,
+    when,
 )
-from xlacache.stores import Store
-from xlacache.stores.local import LocalStore
 
 KeyArg = Annotated[str, typer.Argument(help="A full key, or a unique prefix of 8+ hex digits.")]
-
-
-def _miss_records(store: Store) -> list[dict]:
-    """The misses recorded next to a store, newest first."""
-    if not isinstance(store, LocalStore):
-        raise NotImplementedError(
-            f"{store.url}: recorded misses are read from a local cache directory only"
-        )
-    return explain.recent_misses(store.root / explain.MISS_LOG)
-
-
-def _why(record: dict) -> str:
-    parts = [record["note"]] if record.get("note") else []
-    for diff in record.get("differences", []):
-        name = explain.NAMES.get(diff.get("component"), diff.get("component"))
-        parts.append(f"{name}: " + "; ".join(diff.get("details", [])))
-    return " | ".join(parts)
 
 
 def explain_(
@@ -59,8 +40,9 @@ def explain_(
 ) -> None:
     """Show why recent compilations missed, newest first.
 
-    Misses are recorded by processes that ran with XLACACHE_EXPLAIN=1 and could write
-    this cache directory. Each names the stored entry nearest to the miss and the key
+    Misses are recorded by processes that ran with XLACACHE_EXPLAIN=1: in their cache
+    directory (if they could write it), and reported to their server (grpc://) or
+    bucket (gs://). Each names the stored entry nearest to the miss and the key
     components that differ (HLO, compile options, jaxlib, platform, devices, XLA flags).
 
     --json prints one object; --limit shortens "misses" but not "total":
@@ -68,27 +50,30 @@ def explain_(
     MISS: {"time": unix time, "key": str, "label": str, "reason": str, "note": str,
       "differences": [{"component": str, "details": [str, ...]}, ...],
       "nearest": KEY or null, "nearest_label": str, "compared": int, "host": str,
-      "pid": int}
+      "pid": int, "client": str (a server's: the reporting token's name)}
     """
-    with _open(path, readonly=True, token=token) as store:
-        records = _miss_records(store)
+    with open_cache(path, readonly=True, token=token) as store:
+        records = store.recent_misses()
         url = store.url
     shown = records[:limit] if limit is not None else records
     if as_json:
-        _print_json({"store": url, "total": len(records), "misses": shown})
+        print_json({"store": url, "total": len(records), "misses": shown})
         return
-    console = _stdout()
+    console = stdout()
     if not records:
         console.print(f"{url}: no recorded misses (run with XLACACHE_EXPLAIN=1 to record them)")
         return
     count = f"{len(records)} recorded miss" + ("" if len(records) == 1 else "es")
     table = Table(title=f"{url}: {count}", title_justify="left")
-    for name in ("when", "label", "key", "reason"):
+    clients = any(r.get("client") for r in shown)
+    who = ["client"] if clients else []
+    for name in ("when", *who, "label", "key", "reason"):
         table.add_column(name, no_wrap=True)
     table.add_column("why", overflow="fold")
     for r in shown:
-        table.add_row(_when(r["time"]), r.get("label", ""), r.get("key", "")[:12],
-                      r.get("reason", ""), _why(r))  # fmt: skip
+        client = [r.get("client", "")] if clients else []
+        table.add_row(when(r["time"]), *client, r.get("label", ""), r.get("key", "")[:12],
+                      r.get("reason", ""), explain.why(r))  # fmt: skip
     console.print(table)
 
 
@@ -111,7 +96,7 @@ def diff(
       "details": [str, ...]}, ...]}
     """
     wanted = [_normalize_key(key1), _normalize_key(key2)]
-    with _open(path, readonly=True, token=token) as store:
+    with open_cache(path, readonly=True, token=token) as store:
         url = store.url
         found, missing = _resolve_keys(store, wanted)
         headers = [store.read_header(k) for k in found]
@@ -124,7 +109,7 @@ def diff(
         )
         rows = explain.compare(old, new)
     if as_json:
-        _print_json(
+        print_json(
             {
                 "store": url,
                 "keys": found,
@@ -142,7 +127,7 @@ def diff(
     for r in rows:
         name = explain.NAMES.get(r.component, r.component)
         table.add_row(name, "same" if r.same else "differs", "\n".join(r.details))
-    _stdout().print(table)
+    stdout().print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,11 +7,27 @@ from typing import Annotated
 
 import typer
 
+from xlacache.cli.common import StoreCommand
 from xlacache.errors import CacheError
 
 
 def serve_command(
-    store: Annotated[Path | None, typer.Option("--store", help="Cache directory to serve.")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="Cache directory to serve, or gs://BUCKET/PREFIX (with --cache-dir): "
+            "several replicas may serve one bucket.",
+        ),
+    ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            help="Local directory in front of a gs:// store (read-through, write-through; "
+            "--max-size bounds it).",
+        ),
+    ] = None,
     listen: Annotated[
         str | None, typer.Option("--listen", help="HOST:PORT for gRPC (default 127.0.0.1:7070).")
     ] = None,
@@ -46,6 +62,14 @@ def serve_command(
             "--tokens", help="Token file: lines of 'ROLE TOKEN [NAME]' (read|write|admin)."
         ),
     ] = None,
+    require_signed_by: Annotated[
+        str | None,
+        typer.Option(
+            "--require-signed-by",
+            help="Accept only uploads signed by one of these keys (comma-separated key texts "
+            "or files, as XLACACHE_TRUSTED_KEYS); others get PERMISSION_DENIED.",
+        ),
+    ] = None,
     allow_open: Annotated[
         bool | None,
         typer.Option("--allow-open", help="Serve without tokens on a non-loopback address."),
@@ -72,6 +96,13 @@ def serve_command(
         str | None,
         typer.Option("--shutdown-grace", help="Time in-flight RPCs get on SIGTERM (default 30s)."),
     ] = None,
+    reconcile_interval: Annotated[
+        str | None,
+        typer.Option(
+            "--reconcile-interval",
+            help="How often to match the index to the entry files (default 10m; 0: never).",
+        ),
+    ] = None,
     fsync: Annotated[
         bool | None,
         typer.Option(
@@ -88,6 +119,12 @@ def serve_command(
             "CPU per stored byte, but an entry's first read comes from disk.",
         ),
     ] = None,
+    sample_interval: Annotated[
+        str | None,
+        typer.Option(
+            "--sample-interval", help="Status page history: one sample every (default 30s)."
+        ),
+    ] = None,
     log_level: Annotated[
         str | None, typer.Option("--log-level", help="DEBUG, INFO, WARNING.")
     ] = None,
@@ -98,7 +135,7 @@ def serve_command(
         ),
     ] = None,
 ) -> None:
-    """Serve a cache directory to remote workers over gRPC.
+    """Serve a cache directory, or a bucket, to remote workers over gRPC.
 
     Settings come from the command line, XLACACHE_SERVE_<NAME> environment variables
     and a config file, in that order of precedence.
@@ -124,4 +161,4 @@ def serve_command(
 
 def register(app: typer.Typer) -> None:
     """Add the serve command to the app."""
-    app.command("serve")(serve_command)
+    app.command("serve", cls=StoreCommand)(serve_command)

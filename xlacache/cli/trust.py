@@ -13,17 +13,17 @@ from typing import Annotated
 import typer
 
 from xlacache import signing
-from xlacache.cli.commands import (
+from xlacache.cli.common import (
     BadInput,
     JsonOpt,
     OperationFailed,
     PathArg,
     StoreCommand,
     TokenOpt,
-    _open,
-    _plural,
-    _print_json,
-    _stdout,
+    open_cache,
+    plural,
+    print_json,
+    stdout,
 )
 
 KeyOpt = Annotated[
@@ -57,11 +57,11 @@ def sign(
       "foreign": [KEY, ...], "corrupt": [KEY, ...]}
     """
     signer = signing.load_signing_key(key)
-    with _open(path, readonly=False, token=token) as store:
+    with open_cache(path, readonly=False, token=token) as store:
         report = signing.sign_store(store, signer, resign=resign)
         url = store.url
     if as_json:
-        _print_json(
+        print_json(
             {
                 "store": url,
                 "key_id": signer.key_id,
@@ -72,15 +72,15 @@ def sign(
             }
         )
     else:
-        console = _stdout()
+        console = stdout()
         for k in report.foreign:
             console.print(f"signed by another key, left alone: {k}")
         console.print(
-            f"signed {_plural(len(report.signed), 'entry')} in {url} with {signer.key_id}; "
+            f"signed {plural(len(report.signed), 'entry')} in {url} with {signer.key_id}; "
             f"{report.already} already signed, {len(report.foreign)} signed by another key"
         )
     if report.corrupt:
-        raise OperationFailed(f"skipped {_plural(len(report.corrupt), 'corrupt entry')}")
+        raise OperationFailed(f"skipped {plural(len(report.corrupt), 'corrupt entry')}")
 
 
 def keygen(
@@ -111,7 +111,7 @@ def keygen(
         public_out.write_text(public + "\n")
     key_id = signing.load_signing_key(out).key_id
     readers = public_out if public_out is not None else f"{out} (the same secret)"
-    _stdout().print(f"key {key_id}: writers sign with {out}; readers trust {readers}")
+    stdout().print(f"key {key_id}: writers sign with {out}; readers trust {readers}")
 
 
 def register(app: typer.Typer) -> None:

@@ -28,6 +28,7 @@ if os.environ.get("XLACACHE_LAZY_GC_FREEZE", "1") != "0":
     _gc.freeze()
 
 from . import _device, metrics  # noqa: E402
+from . import autocast as _autocast  # noqa: E402
 from . import dispatch as _dispatch  # noqa: E402
 from . import factories as _factories  # noqa: E402
 from . import random_ops as _random_ops  # noqa: E402, F401 - registers its handlers
@@ -43,34 +44,90 @@ from .executor import (  # noqa: E402
 )
 from .loader import MpDeviceLoader, ParallelLoader  # noqa: E402
 from .metrics import metrics_report, short_metrics_report  # noqa: E402
+from .rng import XlaGenerator  # noqa: E402
 from .rng import get_seed as get_rng_state  # noqa: E402
 from .rng import set_seed as set_rng_state  # noqa: E402
+from .runtime import (  # noqa: E402
+    broadcast_master_param,
+    device_type,
+    global_ordinal,
+    is_master_ordinal,
+    launch,
+    local_ordinal,
+    master_print,
+    mesh_reduce,
+    rendezvous,
+    world_size,
+)
+from .steps import RateTracker, SampleGenerator, add_step_closure, compile  # noqa: E402
 from .tensor import LazyTensor  # noqa: E402
 
 _tensor.install_dispatcher(_dispatch.dispatch)
-_device.install(_factories.factory)
+_device.install(_factories.factory, _factories.copy_from)
 _rng.hook_manual_seed()
+_rng.hook_generator()
+_autocast.install()
 
 __all__ = [
     "LazyTensor",
     "MpDeviceLoader",
     "ParallelLoader",
+    "RateTracker",
+    "SampleGenerator",
+    "XlaGenerator",
+    "add_step_closure",
+    "broadcast_master_param",
     "clear_compiled_cache",
+    "compile",
     "compiled_cache_size",
     "device",
+    "device_type",
     "get_rng_state",
+    "global_ordinal",
     "is_lazy",
+    "is_master_ordinal",
+    "launch",
+    "local_ordinal",
+    "manual_seed",
     "mark_step",
+    "master_print",
+    "mesh_reduce",
     "metrics",
     "metrics_report",
     "optimizer_step",
+    "rendezvous",
     "save",
     "set_rng_state",
     "short_metrics_report",
     "sync",
     "wait_device_ops",
+    "world_size",
     "xla_device",
 ]
+
+
+def _cache_from_environment() -> None:
+    """As torch_xla: ``XLA_PERSISTENT_CACHE_PATH`` (or ``XLACACHE_DIR``) alone turns the
+    persistent cache on at import, read-only with ``XLA_PERSISTENT_CACHE_READ_ONLY=1`` (or
+    ``XLACACHE_READONLY``); the other ``XLACACHE_*`` settings apply too."""
+    if not (os.environ.get("XLACACHE_DIR") or os.environ.get("XLA_PERSISTENT_CACHE_PATH")):
+        return
+    import xlacache
+
+    if xlacache.is_initialized():
+        return
+    try:
+        xlacache.initialize_cache()
+    except Exception as e:  # noqa: BLE001 - a cache never stops training
+        import warnings
+
+        warnings.warn(
+            f"xlacache.lazy: the persistent cache named by the environment is off: {e}",
+            stacklevel=3,
+        )
+
+
+_cache_from_environment()
 
 
 def device(index: int = 0) -> torch.device:
@@ -83,6 +140,11 @@ def device(index: int = 0) -> torch.device:
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
     """torch_xla's ``xm.xla_device()``."""
     return device(0 if n is None else n)
+
+
+def manual_seed(seed: int, device: Any = None) -> None:
+    """``torch_xla.manual_seed``: reseed the device's random numbers (not torch's CPU ones)."""
+    set_rng_state(int(seed))
 
 
 def mark_step(wait: bool = False) -> None:

@@ -45,8 +45,11 @@ def _install_guard() -> None:
     _state["guard"] = guard  # keep the Python object alive
 
 
-def install(factory: Callable[[Any, tuple, dict], Any]) -> None:
-    """Install the guard and route XLA-key factory ops to ``factory(func, args, kwargs)``."""
+def install(
+    factory: Callable[[Any, tuple, dict], Any], copy_from: Callable[..., Any] | None = None
+) -> None:
+    """Install the guard, route XLA-key factory ops to ``factory(func, args, kwargs)`` and
+    ``aten::_copy_from`` (CPU <-> device copies with no Python key) to ``copy_from``."""
     if _state["done"]:
         return
     _install_guard()
@@ -73,9 +76,14 @@ def install(factory: Callable[[Any, tuple, dict], Any]) -> None:
         aten.rand.default,
         aten.randint.default,
         aten.randint.low,
+        aten.randint.generator,
+        aten.randint.low_generator,
         aten.randperm.default,
+        aten.randperm.generator,
     ):
         lib.impl(op, _bind(factory, op), "XLA")
+    if copy_from is not None:
+        lib.impl(aten._copy_from.default, copy_from, "XLA")
     _state["libs"].append(lib)
     _state["done"] = True
 

@@ -25,6 +25,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
 from . import metrics
+from .autocast import CPU_AUTOCAST_OPS, warn_cpu_autocast
 from .executor import to_cpu
 from .identity import UnencodableAttribute
 from .lowering import LOWERINGS
@@ -46,10 +47,64 @@ special = registrar(SPECIAL, "a special handler")
 
 
 def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
+    r = _ROUTES.get(id(func))
+    if r is None or r[0] is not func or _routes_version[0] != len(SPECIAL) + len(LOWERINGS):
+        r = _route(func)
+    kind = r[1]
+    if kind is _RECORD:
+        try:
+            return record(func, args, kwargs)
+        except UnencodableAttribute:  # never approximate an attribute: run the op on CPU
+            return cpu_fallback(func, args, kwargs)
+    if kind is _SPECIAL:
+        return r[2](args, kwargs)
+    if kind is _INPLACE:  # the functional op is lowered: record it into the tensor
+        f = r[2]
+        try:
+            return record(f, args, kwargs, into=args[0])
+        except UnencodableAttribute:
+            res = cpu_fallback(f, args, kwargs)
+        assign(args[0], res if isinstance(res, LazyTensor) else res[0])
+        return args[0]
+    return _dispatch_slow(func, args, kwargs)
+
+
+# How each op is dispatched, worked out on its first use: ``(op, kind, target)`` by ``id(op)``
+# (an OpOverload's ``__hash__`` is a Python call; the entry keeps its op alive and is checked
+# with ``is``). Rebuilt whenever a special handler or a lowering is added or removed.
+_RECORD, _SPECIAL, _INPLACE, _OTHER = "record", "special", "inplace", "other"
+_ROUTES: dict[int, tuple[Any, str, Any]] = {}
+_routes_version = [-1]
+
+
+def _route(func: Any) -> tuple[Any, str, Any]:
+    version = len(SPECIAL) + len(LOWERINGS)
+    if _routes_version[0] != version:
+        _ROUTES.clear()
+        _routes_version[0] = version
+    h = SPECIAL.get(func)
+    if h is not None:
+        r = (func, _SPECIAL, h)
+    elif func in LOWERINGS and func not in _MAYBE_DYNAMIC and func not in CPU_AUTOCAST_OPS:
+        r = (func, _RECORD, None)  # (the ops CPU autocast would cast go the slow way: warned)
+    else:
+        f = functional_of(func) if is_inplace(func) else None
+        plain = f is not None and f not in SPECIAL and f not in _MAYBE_DYNAMIC and f in LOWERINGS
+        if plain and not func._schema.name.split("::")[1].startswith("_foreach_"):
+            r = (func, _INPLACE, f)
+        else:
+            r = (func, _OTHER, None)
+    _ROUTES[id(func)] = r
+    return r
+
+
+def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
     h = SPECIAL.get(func)
     if h is not None:
         return h(args, kwargs)
     if func in LOWERINGS:
+        if func in CPU_AUTOCAST_OPS:
+            warn_cpu_autocast()
         if func in _MAYBE_DYNAMIC and _dynamic_shape(func, args):
             return cpu_fallback(func, args, kwargs, warn=False)
         try:

@@ -24,13 +24,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax import lax
 
-from . import metrics, rng
+from xlacache import executables
+
+from . import closures, metrics, rng
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
-from .identity import graph_key
+from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
 from .record import value
-from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors
+from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors, restore_gc
 from .transfer import to_host
 
 
@@ -130,8 +133,9 @@ def _fill(t: Any, ins: list[Any]) -> Any:
     return t
 
 
-def _build(order: list[Node], pos: dict[int, int], outs: list[tuple[Node, int]]) -> Callable:
-    """A JAX function ``f(*arrays, scalars)`` computing ``outs`` from the graph's leaves."""
+def _build(order: list[Node], outs: list[tuple[Node, int]]) -> Callable:
+    """A JAX function ``f(*arrays, scalars)`` computing ``outs`` from the graph's leaves
+    (``order`` from ``toposort``, whose positions the nodes hold)."""
     leaf_arg: dict[int, tuple[str, int]] = {}
     steps: list[tuple[int, _Step | None]] = []
     n_arr = n_sc = 0
@@ -143,7 +147,7 @@ def _build(order: list[Node], pos: dict[int, int], outs: list[tuple[Node, int]])
             leaf_arg[i] = ("s", n_sc)
             n_sc += 1
         else:
-            ins = tuple((pos[id(m)], k) for m, k in n.inputs)
+            ins = tuple((m.pos, k) for m, k in n.inputs)
             if n.op == RANDOM:
                 kind, idx, shape, dtype, params = n.attrs
                 fn = _random_lowering(kind, idx, shape, dtype, params)
@@ -152,7 +156,7 @@ def _build(order: list[Node], pos: dict[int, int], outs: list[tuple[Node, int]])
                 continue
             targs, tkw = n.attrs
             steps.append((i, _Step(LOWERINGS[n.func], targs, dict(tkw), ins, n.avals, str(n.func))))
-    out_pos = [(pos[id(n)], k) for n, k in outs]
+    out_pos = [(n.pos, k) for n, k in outs]
 
     def fn(*args: Any) -> list[Any]:
         arrays, scalars = args[:-1], args[-1]
@@ -196,8 +200,10 @@ def _fix(r: Any, aval: Any, name: str) -> Any:
     jdt = _NP_DTYPES.get(dtype)
     if jdt is None:
         jdt = _NP_DTYPES[dtype] = np.dtype(jax_dtype(dtype))
-    if r.dtype != jdt:
+    if r.dtype != jdt:  # eager's conversion rules (XLA's convert saturates)
         r = cast(r, jdt)
+    if r.weak_type:  # strong types only: what the next graph sees is exact
+        r = lax.convert_element_type(r, jdt)
     if r.shape != shape:
         if r.size == int(np.prod(shape)):
             r = r.reshape(shape)
@@ -211,9 +217,26 @@ def _fix(r: Any, aval: Any, name: str) -> Any:
     return r
 
 
+_ALLOW_EXECUTION = [True]
+
+
+def set_allow_execution(allow: bool) -> bool:
+    """Allow (or, inside ``compile(full_graph=True)``, forbid) running graphs before the
+    barrier; returns the previous setting."""
+    prev = _ALLOW_EXECUTION[0]
+    _ALLOW_EXECUTION[0] = allow
+    return prev
+
+
 def materialize(tensors: list[LazyTensor]) -> None:
     """Run the graph needed by ``tensors`` only (``.item()``, ``.cpu()``, ``print``)."""
+    if not _ALLOW_EXECUTION[0]:
+        raise RuntimeError(
+            "xlacache.lazy: a graph had to run inside compile(full_graph=True) (.item(), .cpu(), "
+            "printing a tensor, data-dependent control flow, or an op that runs on CPU)"
+        )
     _run(tensors, donate=False)
+    restore_gc()
 
 
 def to_cpu(t: LazyTensor) -> torch.Tensor:
@@ -229,6 +252,8 @@ def sync(wait: bool = False) -> None:
         metrics.counter_inc("MarkStep")
         _run(live_tensors(), donate=True)
         rng.new_epoch()
+        restore_gc()
+    closures.run()
     if wait:
         wait_device_ops()
 
@@ -254,24 +279,25 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
         if not outs:
             return
         everyone = live_tensors()
-        order = toposort(outs)
-        pos = {id(n): i for i, n in enumerate(order)}
+        order = toposort(outs)  # sets each node's ``pos``
         arrays: list[Any] = []
         scalars: list[float] = []
         leaf_nodes: list[Node] = []
-        digests: list[bytes] = []
+        digests: list[bytes] = [n.digest for n in order]
         wiring: list[int] = []  # per node: number of inputs, then (position, output) pairs
+        add = wiring.append
         for n in order:
-            if n.op in (DATA, RNG):
+            ins = n.inputs
+            add(len(ins))
+            if ins:
+                for m, k in ins:
+                    add(m.pos)
+                    add(k)
+            elif n.op is DATA or n.op is RNG:
                 arrays.append(n.data)
                 leaf_nodes.append(n)
-            elif n.op == SCALAR:
+            elif n.op is SCALAR:
                 scalars.append(n.data)
-            digests.append(n.digest)
-            wiring.append(len(n.inputs))
-            for m, k in n.inputs:
-                wiring.append(pos[id(m)])
-                wiring.append(k)
         donated: tuple[int, ...] = ()
         if donate:
             held = {id(t._v[0].data) for t in everyone if t._v[0].op == DATA}
@@ -283,7 +309,7 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
             )
         wiring.append(len(outs))
         for n, k in outs:
-            wiring.append(pos[id(n)])
+            wiring.append(n.pos)
             wiring.append(k)
         wiring.append(len(donated))
         wiring.extend(donated)
@@ -292,7 +318,7 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
         sc = np.asarray(scalars, dtype=np.float32)
         exe = EXECUTABLES.get(key)
         if exe is None:
-            exe = _compile(order, pos, outs, arrays, sc, donated)
+            exe = _compile(key, order, outs, arrays, sc, donated)
             EXECUTABLES.put(key, exe)
         else:
             metrics.counter_inc("CachedCompile")
@@ -310,13 +336,29 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
 
 
 def _compile(
+    key: bytes,
     order: list[Node],
-    pos: dict[int, int],
     outs: list[tuple[Node, int]],
     arrays: list[Any],
     scalars: np.ndarray,
     donated: tuple[int, ...],
 ) -> Executable:
+    n_ops = sum(1 for n in order if n.op not in (DATA, RNG, SCALAR))
+    metrics.metric_add("GraphOps", n_ops)
+    out_dtypes = tuple(n.avals[k][1] for n, k in outs)
+    # With a persistent cache, the graph key (exact, the same in every process) names the
+    # program: an alias entry maps it to the executable's key, so a warm process loads the
+    # executable without lowering the graph (``xlacache.executables``).
+    signature = _signature(arrays, scalars, outs, donated)
+    alias = executables.alias_key(key, lowering_fingerprint())
+    if alias is not None:
+        t0 = time.perf_counter_ns()
+        program = executables.load(alias, signature)
+        if program is not None:
+            metrics.metric_add("CompileTime", time.perf_counter_ns() - t0)
+            metrics.counter_inc("PersistentCacheHit")
+            metrics.counter_inc("PersistentCacheAliasHit")
+            return Executable(program, n_ops, out_dtypes)
     # tracing a graph of thousands of nodes allocates hundreds of thousands of short-lived jax
     # objects; with the collector on, they trigger full collections (a fifth of the lowering
     # time). They are freed by reference counting; any cycles are collected after.
@@ -324,15 +366,17 @@ def _compile(
     gc.disable()
     try:
         t0 = time.perf_counter_ns()
-        fn = _build(order, pos, outs)
-        jitted = jax.jit(fn, donate_argnums=donated)
+        fn = _build(order, outs)
+        # keep_unused: every graph input is a parameter, as the signature says
+        jitted = jax.jit(fn, donate_argnums=donated, keep_unused=True)
         with warnings.catch_warnings(), x64():
             warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
             lowered = jitted.lower(*arrays, scalars)
             t1 = time.perf_counter_ns()
             metrics.metric_add("LoweringTime", t1 - t0)
             before = _cache_stats()
-            compiled = lowered.compile()
+            with executables.capture() as compiled_here:
+                compiled = lowered.compile()
         metrics.metric_add("CompileTime", time.perf_counter_ns() - t1)
     finally:
         if gc_was_on:
@@ -348,9 +392,22 @@ def _compile(
         if miss:
             metrics.counter_inc("PersistentCacheMiss", miss)
         metrics.counter_inc("UncachedCompile")
-    n_ops = sum(1 for n in order if n.op not in (DATA, RNG, SCALAR))
-    metrics.metric_add("GraphOps", n_ops)
-    return Executable(compiled, n_ops, tuple(n.avals[k][1] for n, k in outs))
+    if alias is not None:
+        executables.store(alias, compiled_here, signature)
+    return Executable(compiled, n_ops, out_dtypes)
+
+
+def _signature(
+    arrays: list[Any], scalars: np.ndarray, outs: list[tuple[Node, int]], donated: tuple
+) -> dict[str, list]:
+    """What the graph's executable takes and returns (checked when it is loaded by alias)."""
+    inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in arrays]
+    inputs.append([[len(scalars)], "float32"])
+    outputs = []
+    for n, k in outs:
+        shape, dtype = n.avals[k]
+        outputs.append([list(shape), np.dtype(jax_dtype(dtype)).name])
+    return {"inputs": inputs, "outputs": outputs, "donated": list(donated)}
 
 
 def clear_compiled_cache() -> None:

@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
+from .executor import to_cpu
 from .random_ops import random_tensor
-from .record import record
+from .record import assign, record
 from .tensor import DEVICE, LOCK, LazyTensor
 from .transfer import to_device
 
@@ -38,3 +39,20 @@ def factory(func: Any, args: tuple, kwargs: dict) -> LazyTensor:
             cpu = func(*args, **{**kwargs, "device": "cpu"})
             return to_device(cpu)
         return record(func, args, kw)
+
+
+def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """XLA-key kernel for ``aten::_copy_from(src, dst)``: ``dst.copy_(src)`` across devices.
+
+    ``copy_`` between a CPU and an ``xla`` tensor lands here when the Python dispatch key is
+    excluded: ``torch.tensor(data, device=dev)``, ``torch.as_tensor(list, device=dev)`` and
+    ``x.new_tensor(data)`` build the data on CPU, then copy it into an empty device tensor.
+    """
+    with LOCK:
+        if isinstance(dst, LazyTensor):
+            assign(dst, src if isinstance(src, LazyTensor) else to_device(src))
+            return dst
+        if not isinstance(src, LazyTensor):
+            raise RuntimeError(f"xlacache.lazy: _copy_from between {src.device} and {dst.device}")
+        dst.copy_(to_cpu(src))
+        return dst

@@ -8,6 +8,7 @@ graph identity is exact and costs nothing extra at the barrier.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -55,7 +56,7 @@ def avals_code(avals: tuple) -> str:
 class Node:
     """One IR node. ``inputs`` are ``(node, output_index)`` pairs; ``avals`` its outputs."""
 
-    __slots__ = ("op", "func", "inputs", "attrs", "avals", "digest", "data", "__weakref__")
+    __slots__ = ("op", "func", "inputs", "attrs", "avals", "digest", "data", "pos", "__weakref__")
 
     def __init__(
         self,
@@ -66,6 +67,7 @@ class Node:
         func: Any = None,
         data: Any = None,
         prefix: bytes | None = None,
+        digest: bytes | None = None,
     ) -> None:
         self.op = op
         self.func = func
@@ -73,9 +75,12 @@ class Node:
         self.attrs = attrs
         self.avals = avals
         self.data = data
-        if prefix is None:
-            prefix = node_prefix(op_code(op), encode(attrs), avals_code(avals))
-        self.digest = node_digest(prefix, inputs)
+        self.pos = -1  # scratch for toposort: its visit mark, then its place in the order
+        if digest is None:
+            if prefix is None:
+                prefix = node_prefix(op_code(op), encode(attrs), avals_code(avals))
+            digest = node_digest(prefix, inputs)
+        self.digest = digest
 
     @property
     def is_leaf(self) -> bool:
@@ -92,14 +97,15 @@ LEAF_OPS = frozenset((DATA, SCALAR, RNG))
 RANDOM = (
     "random"  # a random draw (``random_ops.random_tensor``): inputs are the RNG leaf and tensors
 )
-_LEAF_PREFIX: dict[tuple, bytes] = {}
+_LEAF_DIGEST: dict[tuple, bytes] = {}  # a leaf's digest depends on its kind and avals only
 
 
 def _leaf(op: str, avals: tuple, data: Any) -> Node:
-    p = _LEAF_PREFIX.get((op, avals))
-    if p is None:
-        p = _LEAF_PREFIX[(op, avals)] = node_prefix(op_code(op), "N", avals_code(avals))
-    return Node(op, (), None, avals, data=data, prefix=p)
+    d = _LEAF_DIGEST.get((op, avals))
+    if d is None:
+        d = node_digest(node_prefix(op_code(op), "N", avals_code(avals)), ())
+        _LEAF_DIGEST[(op, avals)] = d
+    return Node(op, (), None, avals, data=data, digest=d)
 
 
 def data_node(array: Any, dtype: torch.dtype) -> Node:
@@ -107,29 +113,43 @@ def data_node(array: Any, dtype: torch.dtype) -> Node:
     return _leaf(DATA, ((tuple(array.shape), dtype),), array)
 
 
+_SCALAR_AVALS = (((), torch.float32),)
+
+
 def scalar_node(value: float) -> Node:
-    return _leaf(SCALAR, (((), torch.float32),), float(value))
+    return _leaf(SCALAR, _SCALAR_AVALS, float(value))
 
 
 def rng_node(key: Any) -> Node:
     return _leaf(RNG, (((2,), torch.int32),), key)
 
 
+_VISITS = itertools.count(-2, -1)  # visit marks of toposort, below any position
+
+
 def toposort(roots: list[tuple[Node, int]]) -> list[Node]:
-    """Post-order list of the distinct nodes reachable from ``roots``."""
+    """Post-order list of the distinct nodes reachable from ``roots``; each node's ``pos`` is
+    set to its place in the list (valid until the next toposort; callers hold the trace lock).
+    """
+    visit = next(_VISITS)
     order: list[Node] = []
-    seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(n, False) for n, _ in reversed(roots)]
+    push = order.append
+    stack: list[Any] = [n for n, _ in reversed(roots)]
+    pop = stack.pop
     while stack:
-        node, done = stack.pop()
-        if done:
-            order.append(node)
+        node = pop()
+        if node.__class__ is tuple:  # (node,): all its inputs are placed
+            node = node[0]
+            node.pos = len(order)
+            push(node)
             continue
-        if id(node) in seen:
+        p = node.pos
+        if p == visit or (0 <= p < len(order) and order[p] is node):  # seen in this sort
             continue
-        seen.add(id(node))
-        stack.append((node, True))
+        node.pos = visit
+        stack.append((node,))
         for inp, _ in reversed(node.inputs):
-            if id(inp) not in seen:
-                stack.append((inp, False))
+            p = inp.pos
+            if p != visit and not (0 <= p < len(order) and order[p] is inp):
+                stack.append(inp)
     return order

@@ -13,10 +13,13 @@ they are equal across processes; ``FORMAT`` changes whenever an encoding changes
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import struct
 import sys
 from array import array
 from hashlib import blake2b
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -172,3 +175,26 @@ def graph_key(digests: list[bytes], ints: list[int]) -> bytes:
         wiring.byteswap()
     h.update(wiring.tobytes())
     return h.digest()
+
+
+@functools.cache
+def lowering_fingerprint() -> str:
+    """A digest of the code that turns a graph into a JAX program, and of what it runs with.
+
+    A graph key says what a graph computes, not how it is lowered: a persistent alias from a
+    graph key to an executable (``xlacache.executables``) must also name this. It covers the
+    source of every module of ``xlacache.lazy`` (the lowerings, the executor's JAX function
+    and how it calls ``jax.jit``), ``FORMAT`` and the versions of xlacache, torch and numpy.
+    """
+    import xlacache
+
+    h = hashlib.sha256()
+    h.update(f"xlacache {xlacache.__version__} lazy/{FORMAT} torch {torch.__version__} ".encode())
+    h.update(f"numpy {np.__version__}\n".encode())
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        source = path.read_bytes()
+        name = path.relative_to(root).as_posix().encode()
+        h.update(len(name).to_bytes(4, "little") + name)
+        h.update(len(source).to_bytes(8, "little") + source)
+    return h.hexdigest()

@@ -60,9 +60,24 @@ def timed(name: str) -> Iterator[None]:
         metric_add(name, time.perf_counter_ns() - t0)
 
 
-def clear_all() -> None:
+def clear_counters() -> None:
+    """Forget every counter (``met.clear_counters``); metrics stay."""
     _counters.clear()
+
+
+def clear_metrics() -> None:
+    """Forget every timing metric (``met.clear_metrics``); counters stay."""
     _metrics.clear()
+
+
+def clear_all() -> None:
+    clear_counters()
+    clear_metrics()
+
+
+def executed_fallback_ops() -> list[str]:
+    """Ops that ran on CPU since counters were cleared, e.g. ``aten::nonzero`` (as torch_xla)."""
+    return [name for name in counter_names() if name.startswith(("aten::", "prims::"))]
 
 
 def _fmt_ns(ns: float) -> str:

@@ -23,7 +23,7 @@ aten = torch.ops.aten
 
 def random_tensor(kind: str, shape: tuple, dtype: torch.dtype, params: tuple, kw: dict) -> Any:
     """A lazy tensor of random numbers drawn from the device RNG."""
-    leaf, idx = rng.next_key()
+    leaf, idx = rng.key_for(kw.get("generator"))
     inputs: list[tuple[Node, int]] = [(leaf, 0)]
     static = []
     for p in list(params) + [kw[k] for k in sorted(kw) if k != "generator"]:
@@ -55,13 +55,15 @@ for _name in ("normal_", "uniform_", "bernoulli_", "exponential_", "random_", "l
 def _bernoulli_p(args: tuple, kwargs: dict) -> LazyTensor:
     t = args[0]
     p = args[1] if len(args) > 1 else kwargs.get("p", 0.5)
-    return random_tensor("bernoulli_", tuple(t.shape), t.dtype, (p,), {})
+    gen = {"generator": kwargs.get("generator")}
+    return random_tensor("bernoulli_", tuple(t.shape), t.dtype, (p,), gen)
 
 
 @special(aten.bernoulli.default)
 def _bernoulli(args: tuple, kwargs: dict) -> LazyTensor:
     t = args[0]
-    return random_tensor("bernoulli_tensor", tuple(t.shape), t.dtype, (t,), {})
+    gen = {"generator": kwargs.get("generator")}
+    return random_tensor("bernoulli_tensor", tuple(t.shape), t.dtype, (t,), gen)
 
 
 @special(aten.native_dropout.default)

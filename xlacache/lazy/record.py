@@ -19,7 +19,7 @@ import torch
 from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
 from .identity import encode, node_prefix
 from .lowering import LOWERINGS, STATIC_SCALAR_OPS
-from .tensor import Cell, LazyTensor, tracing_nested, wrap
+from .tensor import Cell, LazyTensor, contiguous_meta, tracing_nested
 from .transfer import to_device
 
 aten = torch.ops.aten
@@ -29,19 +29,20 @@ aten = torch.ops.aten
 
 def value(t: LazyTensor | Cell) -> tuple[Node, int]:
     """The tensor's current IR value (re-derived from its root if the root was updated)."""
-    root = t._root
-    if root is not None and t._rgen != root._gen:
+    c = t if type(t) is Cell else t._c
+    root = c._root
+    if root is not None and c._rgen != root._gen:
         v: Any = root
-        for f, rest, kw in t._chain:
+        for f, rest, kw in c._chain:
             if f not in LOWERINGS:  # a view the CPU fallback made: a copy, not a view
                 raise NotImplementedError(
                     f"xlacache.lazy: {f} ran on the CPU fallback; its result cannot follow "
                     "in-place updates of the tensor it views"
                 )
             v = record(f, (v, *rest), kw, as_view=False)
-        t._v = v._v
-        t._rgen = root._gen
-    return t._v
+        c._v = v._v  # a lazy tensor, or the root's cell itself (an alias)
+        c._rgen = root._gen
+    return c._v
 
 
 def shape_of(t: LazyTensor | Cell) -> tuple[int, ...]:
@@ -52,12 +53,12 @@ def assign(t: LazyTensor, new: LazyTensor) -> None:
     """Make ``new``'s value the value of ``t`` (an in-place update), propagating through views."""
     if new.dtype != t.dtype:
         new = record(aten._to_copy.default, (new,), {"dtype": t.dtype})
-    if tuple(new.shape) != tuple(t.shape):
+    if new.shape != t.shape:
         new = record(aten.expand.default, (new, list(t.shape)), {})
     c = t._c
     root = c._root
     if root is None:
-        c._v = new._v
+        c._v = new._c._v
         c._gen += 1
         return
     bases: list[Any] = [root]
@@ -67,9 +68,9 @@ def assign(t: LazyTensor, new: LazyTensor) -> None:
     # an alias of the root has an empty chain (and one base): the new value is the root's
     for (f, rest, kw), base in zip(reversed(c._chain), reversed(bases), strict=False):
         cur = _scatter_into(f, rest, kw, base, cur)
-    root._v = cur._v
+    root._v = cur._c._v
     root._gen += 1
-    c._v = new._v
+    c._v = new._c._v
     c._rgen = root._gen
 
 
@@ -126,48 +127,68 @@ _SCATTERS = {
 
 # --------------------------------------------------------------------------- recording
 
-_SCALAR_ARGS: dict[Any, tuple[frozenset[int], frozenset[str]]] = {}
-# shape inference results by (op, exact attribute encoding, input shapes and dtypes): torch's
-# meta kernels are Python and cost ~100-400 us an op; a training loop repeats the same ops
-_META_CACHE: dict[tuple[Any, str, tuple], tuple[Any, tuple, bytes]] = {}
-_META_CACHE_MAX = 200_000
 
+class _Op:
+    """What recording needs to know about an op, worked out once per op."""
 
-def _scalar_args(func: Any) -> tuple[frozenset[int], frozenset[str]]:
-    """Positions and names of the ``Scalar`` arguments whose float values become graph inputs."""
-    r = _SCALAR_ARGS.get(func)
-    if r is None:
-        if func in STATIC_SCALAR_OPS or not any(
-            str(a.type).startswith("Tensor") for a in func._schema.arguments
-        ):
-            r = (frozenset(), frozenset())
+    __slots__ = ("func", "spos", "snames", "view")
+
+    def __init__(self, func: Any) -> None:
+        self.func = func
+        self.view = bool(func.is_view)
+        schema = func._schema.arguments
+        if func in STATIC_SCALAR_OPS or not any(str(a.type).startswith("Tensor") for a in schema):
+            idx: list[tuple[int, str]] = []
         else:
             idx = [
                 (i, a.name)
-                for i, a in enumerate(func._schema.arguments)
+                for i, a in enumerate(schema)
                 if "number" in str(a.type) or str(a.type) == "Tensor"
             ]
-            r = (frozenset(i for i, _ in idx), frozenset(n for _, n in idx))
-        _SCALAR_ARGS[func] = r
-    return r
+        # positions and names of the ``Scalar`` arguments whose float values become graph inputs
+        self.spos = frozenset(i for i, _ in idx)
+        self.snames = frozenset(n for _, n in idx)
+
+
+# keyed by id(op) (an OpOverload's __hash__ is a Python call); entries keep their op alive and
+# are checked with ``is``, so a reused id never selects another op's entry
+_OPS: dict[int, _Op] = {}
+# shape inference results by (op, exact attribute encoding, input shapes and dtypes): torch's
+# meta kernels are Python and cost ~100-400 us an op; a training loop repeats the same ops.
+# Values: (op, output metas (contiguous; a tuple for multi-output ops, else one), avals,
+# node-digest prefix, the multi-output container type or None).
+_META_CACHE: dict[tuple[int, str, tuple], tuple[Any, Any, tuple, bytes, Any]] = {}
+_META_CACHE_MAX = 200_000
+
+
+def _op(func: Any) -> _Op:
+    op = _OPS.get(id(func))
+    if op is None or op.func is not func:
+        op = _OPS[id(func)] = _Op(func)
+    return op
 
 
 class _Ctx:
     """The inputs of the node being recorded, each value once."""
 
-    __slots__ = ("func", "inputs", "keys", "dyn")
+    __slots__ = ("func", "inputs", "seen", "dyn")
 
-    def __init__(self, func: Any) -> None:
+    def __init__(
+        self,
+        func: Any,
+        inputs: list[tuple[Node, int]] | None = None,
+        seen: dict[tuple[Node, int], int] | None = None,
+    ) -> None:
         self.func = func
-        self.inputs: list[tuple[Node, int]] = []
-        self.keys: dict[tuple[int, int], int] = {}
+        self.inputs: list[tuple[Node, int]] = [] if inputs is None else inputs
+        # keyed by the (node, k) pair itself: nodes hash and compare by identity
+        self.seen: dict[tuple[Node, int], int] = {} if seen is None else seen
         self.dyn = False  # a Python float became a (float32) graph input
 
     def add(self, v: tuple[Node, int]) -> Placeholder:
-        k = (id(v[0]), v[1])
-        i = self.keys.get(k)
+        i = self.seen.get(v)
         if i is None:
-            i = self.keys[k] = len(self.inputs)
+            i = self.seen[v] = len(self.inputs)
             self.inputs.append(v)
         return placeholder(i)
 
@@ -175,7 +196,7 @@ class _Ctx:
 def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
     """(template, meta) for one argument."""
     if isinstance(x, LazyTensor):
-        return ctx.add(value(x)), x._meta
+        return ctx.add(value(x)), x._c._meta
     if isinstance(x, torch.Tensor):
         if x.dim() == 0 and x.device.type == "cpu" and x.dtype in _F32_EXACT:
             return ctx.add((scalar_node(x.item()), 0)), torch.empty(
@@ -184,7 +205,7 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
         if x.dim() and not tracing_nested() and ctx.func not in _CPU_TENSORS_OK:
             raise _mixed_devices(ctx.func, x)
         lt = to_device(x)
-        return ctx.add(value(lt)), lt._meta
+        return ctx.add(value(lt)), lt._c._meta
     if isinstance(x, (list, tuple)):
         if not x:
             return (), x
@@ -204,6 +225,7 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
 _F32_EXACT = frozenset((torch.float32, torch.float16, torch.bfloat16))
 # scalar graph inputs are float32: an op on these dtypes gets its Python floats as constants
 _WIDE = frozenset((torch.float64, torch.complex128))
+_NONE: frozenset = frozenset()
 
 # ops that take CPU tensors along with xla ones in eager PyTorch too (index tensors and values)
 _CPU_TENSORS_OK = {
@@ -223,58 +245,127 @@ def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
     )
 
 
-def record(func: Any, args: tuple, kwargs: dict, as_view: bool = True, static: bool = False) -> Any:
+def record(
+    func: Any,
+    args: tuple,
+    kwargs: dict,
+    as_view: bool = True,
+    into: LazyTensor | None = None,
+    static: bool = False,
+) -> Any:
     """Record ``func`` as one IR node and return lazy tensors for its outputs.
 
     The output of a view op on a lazy tensor is tracked as a view of that tensor's storage
-    (``as_view=False``: a plain value). Raises ``identity.UnencodableAttribute`` for an
-    attribute that cannot be keyed exactly. ``static``: Python floats stay constants.
+    (``as_view=False``: a plain value). With ``into`` (an in-place op recorded as its
+    functional op), the (first) output becomes ``into``'s value instead (``assign``), and
+    ``into`` is returned. Raises ``identity.UnencodableAttribute`` for an attribute that
+    cannot be keyed exactly. ``static``: Python floats stay compile-time constants (an op on
+    float64/complex128 values, whose floats a float32 graph input would round).
+
+    This runs for every op a training step records: the common argument kinds (lazy tensors,
+    ints) are handled inline, and the attribute encoding, built alongside, equals
+    ``identity.encode(attrs)``.
     """
-    ctx = _Ctx(func)
-    spos, snames = (_NONE, _NONE) if static else _scalar_args(func)
-    targs, margs = [], []
+    op = _OPS.get(id(func))
+    if op is None or op.func is not func:
+        op = _op(func)
+    inputs: list[tuple[Node, int]] = []
+    seen: dict[tuple[Node, int], int] = {}
+    ctx = None  # for the other argument kinds: _convert
+    spos = _NONE if static else op.spos
+    dyn = False  # a Python float became a (float32) graph input
+    targs: list[Any] = []
+    margs: list[Any] = []
+    codes: list[str] = []
     for i, a in enumerate(args):
-        t, m = _convert(a, ctx, i in spos)
-        targs.append(t)
-        margs.append(m)
-    tkw, mkw = {}, {}
-    for k, a in kwargs.items():
-        t, m = _convert(a, ctx, k in snames)
-        tkw[k] = t
-        mkw[k] = m
-    attrs = (tuple(targs), tuple(sorted(tkw.items())) if tkw else ())
-    akey = encode(attrs)  # exact and typed: 2 and 2.0, -1 and -2, 0.0 and -0.0 differ
-    ck = (func, akey, tuple([n.avals[i] for n, i in ctx.inputs]))
+        ta = type(a)
+        if ta is LazyTensor:
+            c = a._c
+            r = c._root
+            v = c._v if r is None or c._rgen == r._gen else value(c)
+            j = seen.get(v)
+            if j is None:
+                j = seen[v] = len(inputs)
+                inputs.append(v)
+            ph = placeholder(j)
+            targs.append(ph)
+            margs.append(c._meta)
+            codes.append(ph.code)
+        elif ta is int:
+            targs.append(a)
+            margs.append(a)
+            codes.append(f"i{a}")
+        elif ta is float and i in spos:  # a step-varying scalar: a graph input
+            v = (scalar_node(a), 0)
+            ph = placeholder(len(inputs))
+            seen[v] = len(inputs)
+            inputs.append(v)
+            dyn = True
+            targs.append(ph)
+            margs.append(a)
+            codes.append(ph.code)
+        else:
+            if ctx is None:
+                ctx = _Ctx(func, inputs, seen)
+            t, m = _convert(a, ctx, i in spos)
+            targs.append(t)
+            margs.append(m)
+            codes.append(encode(t))
+    if kwargs:
+        if ctx is None:
+            ctx = _Ctx(func, inputs, seen)
+        snames = _NONE if static else op.snames
+        tkw, mkw = {}, {}
+        for k, a in kwargs.items():
+            t, m = _convert(a, ctx, k in snames)
+            tkw[k] = t
+            mkw[k] = m
+        kw = tuple(sorted(tkw.items()))
+        kcode = encode(kw)
+    else:
+        kw, mkw, kcode = (), kwargs, "()"
+    attrs = (tuple(targs), kw)
+    # exact and typed: 2 and 2.0, -1 and -2, 0.0 and -0.0 differ
+    akey = "((" + ",".join(codes) + ")," + kcode + ")"
+    ck = (id(func), akey, tuple([n.avals[k] for n, k in inputs]))
     hit = _META_CACHE.get(ck)
-    if hit is None:
+    if hit is None or hit[0] is not func:
         hit = _META_CACHE[ck] = _infer(func, margs, mkw, akey)
-    mout, avals, prefix = hit
-    if ctx.dyn and _wide(ctx, avals):  # float64 math: its Python floats stay exact constants
-        return record(func, args, kwargs, as_view, static=True)
-    node = Node(func, tuple(ctx.inputs), attrs, avals, func=func, prefix=prefix)
-    if isinstance(mout, torch.Tensor):
-        out = wrap(mout, (node, 0))
-        if as_view and func.is_view and isinstance(args[0], LazyTensor):
+    _, metas, avals, prefix, multi = hit
+    if (dyn or (ctx is not None and ctx.dyn)) and _wide(inputs, avals):
+        # float64 math: its Python floats stay exact constants
+        return record(func, args, kwargs, as_view, into, static=True)
+    node = Node(func, tuple(inputs), attrs, avals, func, None, prefix)
+    if into is not None:
+        c = into._c
+        aval = avals[0]
+        if multi is None and c._root is None and aval[1] is into.dtype and into.shape == aval[0]:
+            c._v = (node, 0)  # the common case of ``assign``, without a tensor for the result
+            c._gen += 1
+        else:
+            first = metas if multi is None else metas[0]
+            assign(into, LazyTensor(first, (node, 0)))
+        return into
+    if multi is None:
+        out = LazyTensor(metas, (node, 0))
+        if as_view and op.view and isinstance(args[0], LazyTensor):
             b = args[0]._c
             chain = (*b._chain, (func, tuple(args[1:]), kwargs))
             track_view(out, b._root if b._root is not None else b, chain)
         return out
-    wrapped = [None if o is None else wrap(o, (node, i)) for i, o in enumerate(mout)]
-    return wrapped if isinstance(mout, list) else tuple(wrapped)
+    wrapped = [None if m is None else LazyTensor(m, (node, k)) for k, m in enumerate(metas)]
+    return wrapped if multi is list else tuple(wrapped)
 
 
-_NONE: frozenset = frozenset()
-
-
-def _wide(ctx: _Ctx, avals: tuple) -> bool:
+def _wide(inputs: list[tuple[Node, int]], avals: tuple) -> bool:
     """Does the op read or write float64/complex128 values?"""
-    return any(n.avals[i][1] in _WIDE for n, i in ctx.inputs) or any(
+    return any(n.avals[i][1] in _WIDE for n, i in inputs) or any(
         a is not None and a[1] in _WIDE for a in avals
     )
 
 
-def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, tuple, bytes]:
-    """Meta outputs, avals and the node-digest prefix of ``func`` on these inputs."""
+def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, Any, tuple, bytes, Any]:
+    """The ``_META_CACHE`` value of ``func`` on these inputs (runs the meta kernel)."""
     try:
         mout = func(*margs, **mkw)
     except Exception as e:  # noqa: BLE001 - re-raised with the op's name
@@ -288,11 +379,16 @@ def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, tuple, by
     if isinstance(mout, torch.Tensor) and (mout.is_conj() or mout.is_neg()):
         # lazy values carry no conjugate/negative bit: ``_conj`` computes the conjugate
         mout = torch.empty(mout.shape, dtype=mout.dtype, device="meta")
-    outs = [mout] if isinstance(mout, torch.Tensor) else list(mout)
+    if isinstance(mout, torch.Tensor):
+        outs, multi = [mout], None
+    else:
+        outs, multi = list(mout), (list if isinstance(mout, list) else tuple)
     avals = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in outs)
+    metas = tuple(None if o is None else contiguous_meta(o) for o in outs)
     if len(_META_CACHE) > _META_CACHE_MAX:
         _META_CACHE.clear()
-    return mout, avals, node_prefix(op_code(func), akey, avals_code(avals))
+    prefix = node_prefix(op_code(func), akey, avals_code(avals))
+    return func, metas[0] if multi is None else metas, avals, prefix, multi
 
 
 def _scalars_as_numbers(func: Any, margs: list) -> list | None:

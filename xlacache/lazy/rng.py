@@ -8,6 +8,9 @@ numbers: the epoch is a graph input.
 
 from __future__ import annotations
 
+import weakref
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -71,3 +74,99 @@ def hook_manual_seed() -> None:
     manual_seed.__doc__ = orig.__doc__
     torch.random.manual_seed = manual_seed
     torch.manual_seed = manual_seed
+
+
+_TorchGenerator = torch._C.Generator
+
+
+class XlaGenerator(_TorchGenerator):
+    """A ``torch.Generator`` for the ``xla`` device: its own stream of device random numbers.
+
+    Every draw that names it uses the device RNG keyed by ``(seed, draws so far)`` (a graph
+    input, so a loop does not recompile): the same seed gives the same numbers. The host
+    generator underneath keeps the seed (``manual_seed``, ``seed``, ``initial_seed``) and serves
+    the ops that draw on the host (``randint``, ``randperm``, ``multinomial``).
+    """
+
+    def __new__(cls, device: Any = "xla") -> XlaGenerator:
+        return super().__new__(cls)  # a host (CPU) generator underneath
+
+    def __init__(self, device: Any = "xla") -> None:
+        self._draws = 0
+        # torch hands a generator to ``__torch_dispatch__`` in a new wrapper of the same C++
+        # generator: ``_cdata`` (that generator's address) finds this object again
+        _XLA_GENERATORS[self._cdata] = self
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("xla:0")
+
+    def manual_seed(self, seed: int) -> XlaGenerator:  # type: ignore[override]
+        super().manual_seed(seed)
+        self._draws = 0
+        return self
+
+    def seed(self) -> int:  # type: ignore[override]
+        self._draws = 0
+        return super().seed()
+
+    def get_state(self) -> torch.Tensor:  # type: ignore[override]
+        return torch.tensor([self.initial_seed(), self._draws], dtype=torch.int64).view(torch.uint8)
+
+    def set_state(self, state: torch.Tensor) -> XlaGenerator:  # type: ignore[override]
+        seed, draws = (int(v) for v in state.view(torch.int64))
+        super().manual_seed(seed)
+        self._draws = draws
+        return self
+
+    def next_key(self) -> tuple[Node, int]:
+        """A fresh RNG leaf for one draw (index 0 in it)."""
+        key = np.array([self.initial_seed() & 0xFFFFFFFF, self._draws & 0xFFFFFFFF], np.uint32)
+        self._draws += 1
+        return rng_node(key), 0
+
+
+_XLA_GENERATORS: weakref.WeakValueDictionary[int, XlaGenerator] = weakref.WeakValueDictionary()
+
+
+def key_for(generator: Any) -> tuple[Node, int]:
+    """The RNG leaf and index of one draw: from ``generator`` if given, else the epoch's."""
+    if generator is None:
+        return next_key()
+    xla = _XLA_GENERATORS.get(generator._cdata)
+    if xla is not None:
+        return xla.next_key()
+    raise RuntimeError(
+        f"Expected a 'xla' device type for generator but found '{generator.device.type}'"
+    )
+
+
+class _GeneratorMeta(type(_TorchGenerator)):  # type: ignore[misc]
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, _TorchGenerator)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, _TorchGenerator)
+
+
+class Generator(_TorchGenerator, metaclass=_GeneratorMeta):
+    """``torch.Generator`` that also makes generators for the ``xla`` device.
+
+    Installed as ``torch.Generator``; every other device gets torch's own generator, and
+    ``isinstance(g, torch.Generator)`` holds for every generator, as before.
+    """
+
+    def __new__(cls, device: Any = None) -> Any:  # type: ignore[misc]
+        if device is not None and torch.device(device).type == "xla":
+            return XlaGenerator(device)
+        args = () if device is None else (device,)
+        if cls is not Generator:  # a user's subclass of torch.Generator
+            return _TorchGenerator.__new__(cls, *args)
+        return _TorchGenerator(*args)
+
+
+def hook_generator() -> None:
+    """Make ``torch.Generator(device="xla")`` return an ``XlaGenerator``."""
+    if torch.Generator is not Generator:
+        Generator.__doc__ = (Generator.__doc__ or "") + "\n" + (_TorchGenerator.__doc__ or "")
+        torch.Generator = Generator  # type: ignore[misc]

@@ -9,7 +9,9 @@ works on logical values.
 
 from __future__ import annotations
 
+import gc
 import itertools
+import os
 import threading
 import time
 import weakref
@@ -64,6 +66,7 @@ def _unset(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 _DISPATCH: list[Callable[[Any, tuple, dict], Any]] = [_unset]
+_now = time.perf_counter_ns
 _TRACE = [0, 0, 0]  # ns spent in dispatch, top-level ops dispatched, dispatch depth
 
 
@@ -94,7 +97,9 @@ class LazyTensor(torch.Tensor):
             cls, meta.shape, dtype=meta.dtype, device=DEVICE, requires_grad=False
         )
         c = r._c = Cell(meta, value)
-        _LIVE.add(c)
+        _REFS.append(_ref(c))
+        if len(_REFS) > _REFS_LIMIT[0]:
+            live_tensors()
         return r
 
     def tolist(self) -> Any:
@@ -120,7 +125,25 @@ class LazyTensor(torch.Tensor):
         return repr(self)
 
     def __reduce_ex__(self, proto: int) -> Any:
-        return (_from_cpu, (self.detach().cpu(),))
+        # what torch does for torch_xla's tensors: the value goes to CPU and is rebuilt on the
+        # device by a function ``torch.load(weights_only=True)`` allows (``map_location`` works)
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (self.detach().cpu(), self.dtype, str(DEVICE), self.requires_grad),
+        )
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """A data-less storage that identifies the device storage this tensor views.
+
+        Lazy tensors hold no host memory; this storage has a unique fake address in a range no
+        process maps (never dereferenced: the tensor's ops never touch it) and the viewed
+        tensor's size, so aliasing checks (``safetensors``, ``save_pretrained``'s tied weights)
+        see tensors that share storage (a tensor, its ``detach()``, tied weights) as shared.
+        """
+        return storage_of(self._c)
+
+    def data_ptr(self) -> int:
+        return self.untyped_storage().data_ptr()  # storage_offset() is always 0
 
     def __deepcopy__(self, memo: dict) -> Any:
         out = _from_cpu(self.detach().cpu())
@@ -138,13 +161,45 @@ class LazyTensor(torch.Tensor):
                 finally:
                     _TRACE[2] -= 1
             _TRACE[2] = 1
-            t0 = time.perf_counter_ns()
+            if _GC_DEFERRED[0] is None and _GC_DEFER:
+                _defer_gc()
+            t0 = _now()
             try:
                 return _DISPATCH[0](func, args, kwargs or {})
             finally:
-                _TRACE[0] += time.perf_counter_ns() - t0
+                _TRACE[0] += _now() - t0
                 _TRACE[1] += 1
                 _TRACE[2] = 0
+
+
+# Tracing a step allocates tens of thousands of objects that live until the barrier (nodes,
+# tensors, attribute tuples) and makes no cyclic garbage, yet the cyclic collector would scan
+# them again and again (measured: a third of the tracing time of a GPT step). From the first op
+# after a barrier to the next barrier, the young-generation threshold is raised so that it
+# rarely runs (never switched off: a program that stops at no barrier still collects); the
+# barrier puts the thresholds back. ``XLACACHE_LAZY_GC_DEFER=0`` turns this off.
+_GC_DEFER = os.environ.get("XLACACHE_LAZY_GC_DEFER", "1") != "0"
+_GC_DEFERRED_THRESHOLD = 500_000
+_GC_DEFERRED: list[tuple[tuple[int, int, int], tuple[int, int, int]] | None] = [None]
+
+
+def _defer_gc() -> None:
+    before = gc.get_threshold()
+    if before[0] <= 0 or before[0] >= _GC_DEFERRED_THRESHOLD:
+        return  # collection is off, or already this lax: leave it alone
+    during = (_GC_DEFERRED_THRESHOLD, before[1], before[2])
+    gc.set_threshold(*during)
+    _GC_DEFERRED[0] = (before, during)
+
+
+def restore_gc() -> None:
+    """At a barrier: the collector's thresholds as they were before tracing (unless the program
+    changed them meanwhile)."""
+    saved = _GC_DEFERRED[0]
+    if saved is not None:
+        _GC_DEFERRED[0] = None
+        if gc.get_threshold() == saved[1]:
+            gc.set_threshold(*saved[0])
 
 
 def flush_trace_metrics() -> None:
@@ -155,23 +210,42 @@ def flush_trace_metrics() -> None:
     _TRACE[0] = _TRACE[1] = 0
 
 
-_LIVE: weakref.WeakSet[Cell] = weakref.WeakSet()
+# The live registry: a weak reference to every state cell, in creation order. Plain weak
+# references (no callbacks, unlike a WeakSet) cost little for the thousands of short-lived
+# tensors a step records; dead ones are dropped by ``live_tensors``, which runs at every
+# barrier, and whenever the list has doubled since it last ran.
+_REFS: list[weakref.ReferenceType[Cell]] = []
+_REFS_LIMIT = [1 << 16]
+_ref = weakref.ref
 
 
 def live_tensors() -> list[Cell]:
     """The state cells of all live lazy tensors, oldest first (a deterministic graph order)."""
-    return sorted(_LIVE, key=_seq_of)
+    refs = _REFS
+    n = len(refs)
+    cells: list[Cell] = []
+    alive = []
+    for r in refs[:n]:
+        c = r()
+        if c is not None:
+            cells.append(c)
+            alive.append(r)
+    # one slice assignment: a reference another thread appends meanwhile (past n) survives
+    refs[:n] = alive
+    _REFS_LIMIT[0] = max(1 << 16, 2 * len(refs))
+    return cells
 
 
-def _seq_of(c: Cell) -> int:
-    return c.seq
+def contiguous_meta(meta: torch.Tensor) -> torch.Tensor:
+    """``meta`` itself if it is contiguous, else a contiguous meta tensor of its shape/dtype."""
+    if not meta.is_contiguous() or meta.storage_offset():
+        meta = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
+    return meta
 
 
 def wrap(meta: torch.Tensor, v: tuple[Node, int]) -> LazyTensor:
     """A new lazy tensor with value ``v`` (``meta`` gives shape and dtype; strides contiguous)."""
-    if not meta.is_contiguous() or meta.storage_offset():
-        meta = torch.empty(meta.shape, dtype=meta.dtype, device="meta")
-    return LazyTensor(meta, v)
+    return LazyTensor(contiguous_meta(meta), v)
 
 
 class _Shell(torch.Tensor):
@@ -199,3 +273,19 @@ def set_shape(t: LazyTensor, shape: Any) -> None:
 
 def _from_cpu(t: torch.Tensor) -> torch.Tensor:
     return t.to(DEVICE)
+
+
+_STORAGES: weakref.WeakKeyDictionary[Cell, torch.UntypedStorage] = weakref.WeakKeyDictionary()
+_FAKE_ADDRESS = [1 << 60]  # non-canonical on x86-64 and arm64: any access faults
+
+
+def storage_of(c: Cell) -> torch.UntypedStorage:
+    """The identifying storage of the storage that ``c`` views (its root's), made once."""
+    root = c._root if c._root is not None else c
+    st = _STORAGES.get(root)
+    if st is None:
+        nbytes = root._meta.numel() * root._meta.element_size()
+        addr = _FAKE_ADDRESS[0]
+        _FAKE_ADDRESS[0] += (nbytes + 127) // 64 * 64  # never two live storages overlap
+        st = _STORAGES[root] = torch._C._construct_storage_from_data_pointer(addr, DEVICE, nbytes)
+    return st

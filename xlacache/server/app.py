@@ -13,14 +13,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from xlacache._version import __version__
+from xlacache.protocol import SERVICE_NAME
 from xlacache.server.auth import TokenTable
 from xlacache.server.config import ServerConfig, is_loopback, split_host_port
 from xlacache.server.limits import Watchdog
 from xlacache.server.metrics import ServerMetrics
-from xlacache.server.service import SERVICE_NAME, CacheService, method_handlers
+from xlacache.server.overview import Overview
+from xlacache.server.service import CacheService, method_handlers
 from xlacache.server.status_page import StatusServer
-from xlacache.stores.local import LocalStore
-from xlacache.units import format_size
+from xlacache.server.storage import lease_table, local_disk, open_served_store
 
 log = logging.getLogger("xlacache.server")
 
@@ -34,11 +35,18 @@ class CacheServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = TokenTable.load(config.tokens)
-        self.store = LocalStore(config.store, max_size=config.max_size, fsync=config.fsync)
-        self.store.remove_stale_temp_files()  # uploads of a server killed mid-way
-        self.metrics = ServerMetrics(self.store.summary, config.max_size)
+        self.store = open_served_store(config)
+        # Store gauges describe this server's disk (a bucket is listed by Stats alone).
+        self.metrics = ServerMetrics(local_disk(self.store).summary, config.max_size)
         self.watchdog = Watchdog()
-        self.service = CacheService(self.store, config, self.tokens, self.metrics, self.watchdog)
+        self.service = CacheService(
+            self.store, config, self.tokens, self.metrics, self.watchdog, lease_table(self.store)
+        )
+        signers = self.service.transfers.required_signers
+        self.overview = Overview(
+            local_disk(self.store), config, self.metrics, self.service.misses,
+            signers.key_ids if signers else [], url=self.store.url,
+        )  # fmt: skip
         self.health = health.HealthServicer(experimental_non_blocking=True)
         self.state = "starting"
         max_message = config.chunk_size + MESSAGE_SLACK
@@ -64,6 +72,9 @@ class CacheServer:
             host, port = split_host_port(config.metrics_listen)
             self.http = StatusServer(host, port, self.metrics.registry, self.status)
         self._stopped = threading.Event()
+        self._reconciler = threading.Thread(
+            target=self._reconcile_loop, name="xlacache-reconcile", daemon=True
+        )
 
     @property
     def address(self) -> str:
@@ -101,48 +112,45 @@ class CacheServer:
         return "mutual TLS" if self.config.tls_client_ca else "on"
 
     def status(self) -> dict:
-        summary = self.metrics.store.summary()
-        hits = self.metrics.hits._value.get()
-        misses = self.metrics.misses._value.get()
-        requests = {
-            k.removeprefix("requests."): v
-            for k, v in self.metrics.plain().items()
-            if k.startswith("requests.")
-        }
-        return {
-            "version": __version__,
-            "state": self.state,
-            "listen": self.address,
-            "auth": self.auth_mode(),
-            "tls": self.tls_mode(),
-            "store": {
-                "path": str(self.store.root),
-                "max_size": format_size(self.config.max_size)
-                if self.config.max_size
-                else "no limit",
-                **summary.to_dict(),
-            },
-            "hits": int(hits),
-            "misses": int(misses),
-            "hit_rate": f"{hits / (hits + misses):.1%}" if hits + misses else "n/a",
-            "bytes_sent": self.metrics.bytes_out._value.get(),
-            "bytes_received": self.metrics.bytes_in._value.get(),
-            "active_rpcs": self.metrics.active._value.get(),
-            "uptime_seconds": self.metrics.uptime(),
-            "requests": requests,
-        }
+        """Everything the status page and /status.json show (see server/overview.py)."""
+        return self.overview.status(
+            {
+                "version": __version__,
+                "state": self.state,
+                "listen": self.address,
+                "auth": self.auth_mode(),
+                "tls": self.tls_mode(),
+            }
+        )
+
+    def _reconcile_loop(self) -> None:
+        """Every reconcile_interval: make the index match the entry files (index drift)."""
+        while not self._stopped.wait(self.config.reconcile_interval):
+            try:
+                drift = self.store.reconcile()
+            except Exception:  # noqa: BLE001 - the loop must go on; the next pass retries
+                log.exception("reconciling the index failed")
+                continue
+            if drift:
+                log.warning("index drift: %d rows added or dropped to match the entries", drift)
 
     def start(self) -> None:
         self.grpc_server.start()
+        self.overview.history.start()
         if self.http:
             self.http.start()
+        if self.config.reconcile_interval > 0:
+            self._reconciler.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self.state = "serving"
         log.info(
             "xlacache serve %s: listening on %s (TLS %s), store %s, auth %s",
-            __version__, self.address, self.tls_mode(), self.store.root, self.auth_mode(),
+            __version__, self.address, self.tls_mode(), self.store.url, self.auth_mode(),
         )  # fmt: skip
+        if self.service.transfers.required_signers:
+            ids = ", ".join(self.service.transfers.required_signers.key_ids)
+            log.info("uploads must be signed by one of: %s", ids)
         if not self.config.fsync:
             log.warning("fsync off (--no-fsync): a power loss may lose recently stored entries")
         if self.tokens.open:
@@ -156,19 +164,22 @@ class CacheServer:
 
     def stop(self, grace: float | None = None) -> None:
         """Refuse new RPCs, let running ones finish for `grace` seconds, then close."""
-        if self._stopped.is_set():
+        if self.state in ("draining", "stopped"):
             return
         grace = self.config.shutdown_grace if grace is None else grace
         self.state = "draining"
         self.health.enter_graceful_shutdown()
         log.info("shutting down: finishing in-flight requests (up to %.0f s)", grace)
         self.grpc_server.stop(grace).wait()
+        self._stopped.set()
         self.watchdog.stop()
+        self.overview.history.stop()
         if self.http:
             self.http.stop()
+        if self._reconciler.is_alive():
+            self._reconciler.join()
         self.store.close()
         self.state = "stopped"
-        self._stopped.set()
         log.info("stopped")
 
     def serve_forever(self) -> None:

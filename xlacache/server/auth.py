@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from xlacache.errors import ConfigError
-
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+from xlacache.entry import is_sha256_hex
+from xlacache.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 
 
 class Role(enum.IntEnum):
@@ -44,14 +42,6 @@ class Principal:
 
 
 OPEN = Principal("anonymous (open server)", Role.ADMIN)
-
-
-class AuthError(Exception):
-    """Raised by TokenTable.authenticate; `unauthenticated` tells the gRPC status."""
-
-    def __init__(self, message: str, unauthenticated: bool = True) -> None:
-        super().__init__(message)
-        self.unauthenticated = unauthenticated
 
 
 class TokenTable:
@@ -91,7 +81,7 @@ class TokenTable:
             token = parts[1]
             if token.startswith("sha256:"):
                 digest = token.removeprefix("sha256:").lower()
-                if not _HEX64.match(digest):
+                if not is_sha256_hex(digest):
                     raise ConfigError(f"{source}:{number}: sha256: needs 64 hex digits")
             else:
                 if len(token) < 16:
@@ -113,22 +103,25 @@ class TokenTable:
                 header = value
                 break
         if not header:
-            raise AuthError("missing bearer token (authorization metadata)")
+            raise UnauthenticatedError("missing bearer token (authorization metadata)")
         scheme, _, token = str(header).partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise AuthError("authorization metadata must be 'Bearer <token>'")
+            raise UnauthenticatedError("authorization metadata must be 'Bearer <token>'")
         principal = self._by_digest.get(token_digest(token.strip()))
         if principal is None:
-            raise AuthError("unknown token")
+            raise UnauthenticatedError("unknown token")
         return principal
 
     def authorize(self, metadata, needed: Role) -> Principal:
-        principal = self.authenticate(metadata)
+        return self.permit(self.authenticate(metadata), needed)
+
+    @staticmethod
+    def permit(principal: Principal, needed: Role) -> Principal:
+        """`principal` if its role allows a call that needs `needed`; else PermissionDenied."""
         if principal.role < needed:
-            raise AuthError(
+            raise PermissionDeniedError(
                 f"token {principal.name!r} has role {principal.role.name.lower()}, "
-                f"this call needs {needed.name.lower()}",
-                unauthenticated=False,
+                f"this call needs {needed.name.lower()}"
             )
         return principal
 

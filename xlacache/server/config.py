@@ -15,41 +15,60 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+from xlacache.config import SERVE_PREFIX, parse_bool, serve_env, split_list
+from xlacache.entry import MAX_ENTRY_SIZE
 from xlacache.errors import ConfigError
+from xlacache.protocol import DEFAULT_PORT
+from xlacache.signing import TrustedKeys, load_trusted_keys
 from xlacache.units import parse_duration, parse_size
 
-ENV_PREFIX = "XLACACHE_SERVE_"
-DEFAULT_PORT = 7070
+ENV_PREFIX = SERVE_PREFIX  # XLACACHE_SERVE_<SETTING> for every setting
 DEFAULT_METRICS_PORT = 9090
 LOOPBACK_NAMES = {"localhost"}
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    store: str = ""
+    store: str = ""  # a cache directory, or gs://bucket/prefix (then cache_dir is needed)
+    cache_dir: str | None = None  # local directory in front of a gs:// store
     listen: str = f"127.0.0.1:{DEFAULT_PORT}"
     max_size: int | None = None  # bytes; least recently used entries are evicted beyond it
-    max_entry_size: int = 2 * 1024**3
+    max_entry_size: int = MAX_ENTRY_SIZE
     metrics_listen: str | None = None  # host:port of the /metrics + status page listener
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_client_ca: str | None = None  # set: clients must present a certificate it signed
     tokens: str | None = None  # token file; none: the server is open
+    # Key specs (texts or files, comma-separated): uploads must be signed by one of them.
+    require_signed_by: str | None = None
     allow_open: bool = False  # serve without tokens on a non-loopback address
     workers: int = 48  # RPC threads (each running stream holds one)
     max_streams: int = 256  # concurrent RPCs (running + queued) before RESOURCE_EXHAUSTED
     upload_memory: int = 4 * 1024**3  # bytes of uploads in progress at once; more wait
     request_timeout: float = 600.0  # seconds one RPC may run on the server
     shutdown_grace: float = 30.0  # seconds in-flight RPCs get after SIGTERM
+    reconcile_interval: float = 600.0  # seconds between index/entry-file reconciles (0: off)
     chunk_size: int = 1024 * 1024
     fsync: bool = True  # fsync entries and their directory (off: a power loss may lose some)
     direct_io: bool = False  # write uploads with O_DIRECT (not cached for readers)
     log_level: str = "INFO"
+    sample_interval: float = 30.0  # seconds between the status page's history samples
 
     def validate(self) -> ServerConfig:
         if not self.store:
-            raise ConfigError("no store directory: pass --store DIR")
+            raise ConfigError("no store: pass --store DIR or --store gs://BUCKET/PREFIX")
+        scheme = urlparse(self.store).scheme
+        if is_bucket_url(self.store):
+            if not self.cache_dir:
+                raise ConfigError(
+                    f"--store {self.store} needs --cache-dir DIR (local disk in front of it)"
+                )
+        elif scheme not in ("", "file"):
+            raise ConfigError(f"cannot serve {self.store!r}: use a directory or gs://BUCKET")
+        elif self.cache_dir:
+            raise ConfigError("--cache-dir goes with --store gs://...; a directory store is local")
         split_host_port(self.listen)
         if self.metrics_listen:
             split_host_port(self.metrics_listen)
@@ -72,7 +91,21 @@ class ServerConfig:
             raise ConfigError("upload_memory must be at least max_entry_size")
         if self.max_streams < self.workers:
             raise ConfigError("max_streams must be at least workers")
+        if self.reconcile_interval < 0:
+            raise ConfigError("reconcile_interval must not be negative")
+        if self.sample_interval <= 0:
+            raise ConfigError("sample_interval must be positive")
+        self.trusted_keys()  # readable keys, or ConfigError now rather than at the first upload
         return self
+
+    def trusted_keys(self) -> TrustedKeys | None:
+        """The keys uploads must be signed by (--require-signed-by), or None."""
+        if self.require_signed_by is None:
+            return None
+        try:
+            return load_trusted_keys(self.require_signed_by)
+        except ConfigError as exc:
+            raise ConfigError(f"require_signed_by: {exc}") from None
 
 
 _CONVERTERS: dict[str, Any] = {
@@ -82,6 +115,9 @@ _CONVERTERS: dict[str, Any] = {
     "chunk_size": parse_size,
     "request_timeout": parse_duration,
     "shutdown_grace": parse_duration,
+    "reconcile_interval": parse_duration,
+    "sample_interval": parse_duration,
+    "require_signed_by": lambda v: ",".join(split_list(v)),  # a config file may give a list
     "workers": int,
     "max_streams": int,
 }
@@ -90,23 +126,12 @@ _CONVERTERS: dict[str, Any] = {
 _BOOLEANS = {"allow_open", "fsync", "direct_io"}
 
 
-def _to_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ConfigError(f"not a boolean: {value!r}")
-
-
 def _convert(name: str, value: Any) -> Any:
     if value is None:
         return None
     try:
         if name in _BOOLEANS:
-            return _to_bool(value)
+            return parse_bool(value, name)
         if name in _CONVERTERS:
             return _CONVERTERS[name](value)
     except ConfigError as exc:
@@ -155,13 +180,10 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     return _known(str(path), data)
 
 
-def env_settings(env: Mapping[str, str]) -> dict[str, Any]:
+def env_settings(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Settings from XLACACHE_SERVE_<NAME> variables (names that are no setting are ignored)."""
     names = {f.name for f in fields(ServerConfig)}
-    found = {
-        k[len(ENV_PREFIX) :].lower(): v
-        for k, v in env.items()
-        if k.startswith(ENV_PREFIX) and k != ENV_PREFIX + "CONFIG"
-    }
+    found = serve_env() if env is None else serve_env(env)
     return _known("the environment", {k: v for k, v in found.items() if k in names})
 
 
@@ -170,9 +192,11 @@ def load_config(
     config_file: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ServerConfig:
-    """Merge the layers (command-line values of None mean "not given") and validate."""
-    env = os.environ if env is None else env
-    config_file = config_file or env.get(ENV_PREFIX + "CONFIG")
+    """Merge the layers (command-line values of None mean "not given") and validate.
+
+    `env` stands in for the process environment (tests).
+    """
+    config_file = config_file or (serve_env() if env is None else serve_env(env)).get("config")
     merged: dict[str, Any] = {}
     if config_file:
         merged.update(read_config_file(config_file))
@@ -181,6 +205,11 @@ def load_config(
         _known("the command line", {k: v for k, v in (cli or {}).items() if v is not None})
     )
     return replace(ServerConfig(), **merged).validate()
+
+
+def is_bucket_url(store: str) -> bool:
+    """Whether a --store value names a Cloud Storage bucket (gs:// or gcs://)."""
+    return urlparse(store).scheme in ("gs", "gcs")
 
 
 def split_host_port(address: str) -> tuple[str, int]:

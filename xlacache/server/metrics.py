@@ -6,6 +6,7 @@ import threading
 import time
 from collections import Counter as PyCounter
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -45,14 +46,35 @@ class _StoreCollector:
             "Size limit of the store (0: none)",
             value=self._max_size or 0,
         )
+        figures = counters.snapshot()
         yield CounterMetricFamily(
             "xlacache_evictions", "Entries evicted by size or age limits",
-            value=counters.snapshot().get("evictions", 0),
+            value=figures.get("evictions", 0),
         )  # fmt: skip
+        yield CounterMetricFamily(
+            "xlacache_index_drift",
+            "Index rows added or dropped to match the entry files (crashes, full disks)",
+            value=figures.get("index_drift", 0),
+        )
+
+
+@dataclass
+class ClientUsage:
+    """What one client (a token's name) asked of the server since it started."""
+
+    name: str
+    requests: int = 0
+    errors: int = 0  # calls that ended in a status other than OK
+    last_seen: float = 0.0
+    methods: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 class ServerMetrics:
-    """Every figure the daemon exports, plus plain counters for the Stats RPC."""
+    """Every figure the daemon exports, plus the same as plain numbers (`plain`) for the
+    Stats RPC and the status page."""
 
     def __init__(self, summary: Callable[[], StoreSummary], max_size: int | None) -> None:
         self.registry = CollectorRegistry()
@@ -78,24 +100,70 @@ class ServerMetrics:
         self.upload_memory = Gauge(
             "xlacache_upload_buffer_bytes", "Bytes held by uploads in progress", registry=r
         )
+        self.client_requests = Counter(
+            "xlacache_client_requests", "RPCs by client (token name)", ["client"], registry=r
+        )
         self.store = _StoreCollector(summary, max_size)
         r.register(self.store)
         self.started = time.time()
         self._plain: PyCounter[str] = PyCounter()
+        self._clients: dict[str, ClientUsage] = {}  # bounded: names come from the token file
         self._lock = threading.Lock()
 
     def uptime(self) -> float:
         return time.time() - self.started
 
-    def count(self, method: str, code: str, seconds: float) -> None:
+    def started_rpc(self) -> float:
+        """Count an RPC as active; returns its start time for finished_rpc."""
+        self.active.inc()
+        self.add("active_rpcs")
+        return time.perf_counter()
+
+    def finished_rpc(self, method: str, code: str, seconds: float, client: str = "") -> None:
+        self.active.dec()
         self.requests.labels(method, code).inc()
         self.latency.labels(method).observe(seconds)
+        if client:
+            self.client_requests.labels(client).inc()
         with self._lock:
+            self._plain["active_rpcs"] -= 1
             self._plain[f"requests.{method}.{code}"] += 1
+            if client:
+                usage = self._clients.setdefault(client, ClientUsage(client))
+                usage.requests += 1
+                usage.errors += code != "OK"
+                usage.last_seen = time.time()
+                usage.methods[method] = usage.methods.get(method, 0) + 1
+
+    def clients(self) -> list[ClientUsage]:
+        """Every client seen, most requests first (copies)."""
+        with self._lock:
+            copies = [ClientUsage(**{**u.to_dict(), "methods": dict(u.methods)})
+                      for u in self._clients.values()]  # fmt: skip
+        return sorted(copies, key=lambda u: (-u.requests, u.name))
+
+    def hit(self, size: int) -> None:
+        self.hits.inc()
+        self.bytes_out.inc(size)
+        self.add("hits")
+        self.add("bytes_sent", size)
+
+    def miss(self) -> None:
+        self.misses.inc()
+        self.add("misses")
+
+    def received(self, size: int) -> None:
+        self.bytes_in.inc(size)
+        self.add("bytes_received", size)
 
     def add(self, name: str, amount: float = 1) -> None:
         with self._lock:
             self._plain[name] += amount
+
+    def value(self, name: str) -> float:
+        """One plain figure (hits, misses, bytes_sent, bytes_received, active_rpcs, ...)."""
+        with self._lock:
+            return self._plain.get(name, 0)
 
     def plain(self) -> dict[str, float]:
         with self._lock:

@@ -1,8 +1,10 @@
-"""The daemon's HTTP side: /metrics for Prometheus, / for people, /healthz for probes."""
+"""The daemon's HTTP side: /metrics for Prometheus, / for people, /healthz for probes.
+
+The page itself is `status_html.render_html` of the same dict /status.json serves.
+"""
 
 from __future__ import annotations
 
-import html
 import json
 import threading
 import time
@@ -11,46 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from xlacache.units import format_size
+from xlacache.server.status_html import render_html
 
 StatusFn = Callable[[], dict]
-
-
-def render_html(status: dict) -> str:
-    """A one-page summary of a status dict (see CacheServer.status)."""
-    store = status["store"]
-    rows = [
-        ("Version", status["version"]),
-        ("Listening on", status["listen"]),
-        ("Auth", status["auth"]),
-        ("TLS", status["tls"]),
-        ("Store", store["path"]),
-        ("Entries", f"{store['entries']:,}"),
-        ("Size", f"{format_size(store['bytes'])} of {store['max_size']}"),
-        ("Compile time held", f"{store['compile_seconds']:.1f} s"),
-        ("Hits / misses", f"{status['hits']:,} / {status['misses']:,} ({status['hit_rate']})"),
-        ("Sent / received", f"{format_size(status['bytes_sent'])} / "
-                            f"{format_size(status['bytes_received'])}"),
-        ("Active RPCs", status["active_rpcs"]),
-        ("Uptime", f"{status['uptime_seconds']:.0f} s"),
-        ("State", status["state"]),
-    ]  # fmt: skip
-    req_rows = "".join(
-        f"<tr><td>{html.escape(k)}</td><td>{v:,.0f}</td></tr>"
-        for k, v in sorted(status["requests"].items())
-    )
-    body = "".join(
-        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows
-    )
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>xlacache server</title>"
-        "<style>body{font-family:sans-serif;margin:2em}th{text-align:left;padding-right:2em}"
-        "td{padding-right:2em}</style></head><body><h1>xlacache server</h1>"
-        f"<table>{body}</table><h2>Requests</h2><table>"
-        f"<tr><th>method.status</th><th>count</th></tr>{req_rows}</table>"
-        "<p><a href='/metrics'>/metrics</a> · <a href='/status.json'>/status.json</a></p>"
-        "</body></html>"
-    )
 
 
 class StatusServer:

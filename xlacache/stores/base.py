@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from xlacache import entry
+from xlacache.stores.leases import LeaseTable
 
 
 @dataclass(frozen=True)
@@ -102,8 +103,13 @@ class Store(abc.ABC):
 
     `get` returns a verified entry or None and raises CorruptEntryError when what it
     found fails verification (having removed it, unless read-only). Other failures
-    raise CacheError subclasses or OSError; the caller (`xlacache.cache`) turns them
-    into misses.
+    raise CacheError subclasses (each with its `kind`) or OSError; the caller
+    (`xlacache.cache`) turns them into misses.
+
+    Every backend implements the abstract methods. `list_page`, `scan` and
+    `put_stream` have plain default implementations on top of them, which backends
+    override where they can do better (an index that pages in SQL, a write that
+    streams to disk).
     """
 
     url: str
@@ -130,6 +136,34 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list(self) -> Iterator[EntryInfo]:
         """Every entry, in no particular order."""
+
+    def list_page(self, after: str = "", limit: int = 1000) -> list[EntryInfo]:
+        """Up to `limit` entries whose keys sort after `after`, in key order.
+
+        A listing a page at a time: pass the last key of one page to get the next.
+        (The default sorts `list()`; backends with an ordered index page in it.)
+        """
+        later = sorted((i for i in self.list() if i.key > after), key=lambda i: i.key)
+        return later[:limit]
+
+    def scan(self) -> Iterator[EntryInfo]:
+        """Every entry, read from the entries themselves rather than any index.
+
+        Slower than `list` where a store keeps an index, and exact where the index
+        may lag (export, read-only access beside a live writer). Defaults to `list`.
+        """
+        return self.list()
+
+    def put_stream(self, key: str, chunks: Iterable[bytes | memoryview]) -> None:
+        """Store an entry that arrives in pieces, verifying it whole before it counts.
+
+        Raises CorruptEntryError (storing nothing) unless the pieces form a valid entry
+        for `key`. The default joins the pieces and calls `put`; stores that can write
+        a piece at a time (LocalStore) hold only one in memory.
+        """
+        blob = b"".join(chunks)
+        entry.verify(blob, key)
+        self.put(key, blob)
 
     @abc.abstractmethod
     def summary(self) -> StoreSummary: ...
@@ -158,6 +192,43 @@ class Store(abc.ABC):
         that record uses on `get` override it.
         """
         return self.get(key)
+
+    # -- recorded misses (xlacache.misslog records; `xlacache explain`) ------------------
+
+    @property
+    def can_report_misses(self) -> bool:
+        """Whether `report_miss` may be called on this store by this process."""
+        return False
+
+    def report_miss(self, record: dict) -> None:
+        """Keep one explained miss (a `xlacache.misslog` record) for `recent_misses`.
+
+        Every backend keeps a bounded number; a read-only store raises ReadOnlyError
+        (a server, whose ring is no part of the cache, takes reports from readers too).
+        """
+        raise NotImplementedError(f"{self.url}: this store keeps no recorded misses")
+
+    def recent_misses(self, limit: int | None = None) -> list[dict]:
+        """Recorded misses, newest first (at most `limit`)."""
+        raise NotImplementedError(f"{self.url}: this store keeps no recorded misses")
+
+    def exists(self) -> bool:
+        """Whether a writer has made this store (a read-only view of a directory nobody
+        made yet reads as empty, and has no writer to wait for)."""
+        return True
+
+    def publish(self, key: str, blob: bytes) -> None:
+        """Store an entry so that every process sharing this store finds it on return.
+
+        What a single-flight compiler calls before it releases its lease. The default is
+        `put`; a tier uploads now instead of in the background.
+        """
+        self.put(key, blob)
+
+    def leases(self) -> LeaseTable | None:
+        """The leases that let the processes sharing this store compile a key once
+        (`xlacache.stores.leases`), or None where the store has none."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and file handles."""

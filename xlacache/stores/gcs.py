@@ -4,6 +4,9 @@ Layout (the same entries, under the same names, as a local cache directory)::
 
     PREFIX/XLACACHE                  marker (format version)
     PREFIX/entries/ab/<key>.xlac     entries, sharded by the key's first two hex digits
+    PREFIX/misses/<ns>-<rand>.json   recorded misses (`xlacache explain`), about
+                                     MAX_MISS_OBJECTS of the newest, trimmed by writers
+    PREFIX/leases/<key>              single-flight leases (stores/gcs_leases.py)
 
 Each entry object carries custom metadata (format, payload-size, created,
 compile-seconds, label, and once used: last-used, hits), so listing, stats and
@@ -21,26 +24,38 @@ Semantics:
   per `touch_interval` (default 1 h) per entry, as a background metadata patch
   (needs storage.objects.update, e.g. roles/storage.objectUser; refused, it stops);
   `hits` counts those records. prune --unused-for is accurate to the interval.
-- Read-only issues no write request at all (no marker, no deletes, no touches).
+- Read-only issues no write request at all (no marker, no deletes, no touches, no
+  miss records).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
-from xlacache import counters, entry
-from xlacache.errors import CacheError, CorruptEntryError, NotACacheError, ReadOnlyError
+from xlacache import counters, entry, misslog
+from xlacache.errors import (
+    CacheError,
+    CorruptEntryError,
+    NotACacheError,
+    PermissionDeniedError,
+    ReadOnlyError,
+)
 from xlacache.key import is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.gcs_leases import GCSLeases
 from xlacache.stores.gcs_objects import DEFAULT_TIMEOUT, GCSObjects, ObjectInfo, RetryPolicy
 from xlacache.stores.local import ENTRY_SUFFIX, MARKER
 
 ENTRIES = "entries/"
+MISSES = "misses/"
+MAX_MISS_OBJECTS = 1000  # miss records kept (about: writers trim every TRIM_MISSES_EVERY)
+TRIM_MISSES_EVERY = 16
 DEFAULT_TOUCH_INTERVAL = 3600.0
 LABEL_LIMIT = 1024  # metadata characters kept of a label (the entry header has it all)
 _PRECHECK_BYTES = 1 << 20  # larger entries are looked for before being uploaded
@@ -139,6 +154,7 @@ class GCSStore(Store):
         self._touch_queue: queue.Queue = queue.Queue(_TOUCH_QUEUE)
         self._toucher: threading.Thread | None = None
         self._touch_allowed = not readonly and touch_interval > 0
+        self._miss_reports = 0
         if self.objects.stat(MARKER) is None:
             if not create:
                 raise NotACacheError(f"{self.url} is not an xlacache cache (no {MARKER})")
@@ -220,6 +236,41 @@ class GCSStore(Store):
         report.repaired = repair
         return report
 
+    # -- recorded misses -----------------------------------------------------------------
+
+    @property
+    def can_report_misses(self) -> bool:
+        return not self.readonly
+
+    def report_miss(self, record: dict) -> None:
+        """One small object per miss under misses/, named by time so names sort by age.
+
+        A writer trims the oldest beyond MAX_MISS_OBJECTS on its first report and every
+        TRIM_MISSES_EVERY after; a read-only store writes nothing (ReadOnlyError)."""
+        self._writable()
+        data = misslog.encode(misslog.bounded(record)).encode()
+        name = f"{MISSES}{time.time_ns():020d}-{os.urandom(4).hex()}.json"
+        self.objects.create(name, data, deadline=self.timeout)
+        if self._miss_reports % TRIM_MISSES_EVERY == 0:
+            self._trim_misses()
+        self._miss_reports += 1
+
+    def _trim_misses(self) -> None:
+        names = sorted(o.name for o in self.objects.list(MISSES, self.page_size))
+        excess = names[: max(0, len(names) - MAX_MISS_OBJECTS)]
+        self._for_each(lambda name: self.objects.delete(name, deadline=self.timeout), excess)
+
+    def recent_misses(self, limit: int | None = None) -> list[dict]:
+        names = sorted((o.name for o in self.objects.list(MISSES, self.page_size)), reverse=True)
+        found = self._for_each(
+            lambda name: self.objects.read(name, deadline=self.timeout), names[:limit]
+        )
+        return misslog.newest_first(r for f in found if f and (r := misslog.decode(f[0])))
+
+    def leases(self) -> GCSLeases:
+        """Lease objects under leases/ (what every client and server replica agrees on)."""
+        return GCSLeases(self.objects, timeout=self.timeout)
+
     def close(self) -> None:
         """Give pending use records a bounded time to finish."""
         with self._touch_lock:
@@ -255,7 +306,7 @@ class GCSStore(Store):
         except FileNotFoundError:
             raise NotACacheError(f"{self.url}: no such bucket") from None
         except CacheError as exc:
-            if not getattr(exc, "permission_denied", False):
+            if not isinstance(exc, PermissionDeniedError):
                 raise
             # Credentials that may read but not create: still a store to read from.
             counters.record_error("permission", exc)
@@ -330,7 +381,7 @@ class GCSStore(Store):
                 attempts=1,
             )
         except CacheError as exc:
-            if getattr(exc, "permission_denied", False):
+            if isinstance(exc, PermissionDeniedError):
                 self._touch_allowed = False  # no storage.objects.update: stop trying
             counters.add("gcs_touch_failures")
         except Exception:  # noqa: BLE001 - a use record is never worth an error

@@ -41,8 +41,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from xlacache import counters
-from xlacache.errors import CacheError, ConfigError, StoreUnavailableError
-from xlacache.stores.remote import CircuitBreaker, RemoteAuthError
+from xlacache.errors import (
+    CacheError,
+    ConfigError,
+    PermissionDeniedError,
+    StoreUnavailableError,
+    UnauthenticatedError,
+)
+from xlacache.stores.remote import CircuitBreaker
 
 # The experimental zonal-bucket support probes a gRPC endpoint on first use (60-90 s
 # against an HTTP emulator); it must be off before gcsfs is imported.
@@ -398,10 +404,10 @@ class GCSObjects:
             return StoreUnavailableError(f"{self.url}: {what}: no answer within {budget:.0f} s")
         if isinstance(exc, OSError) and "Forbidden" in str(exc):  # gcsfs's 403
             self.breaker.success()
-            return RemoteAuthError(message, permission_denied=True)
+            return PermissionDeniedError(message)
         if getattr(exc, "code", None) == 401:
             self.breaker.failure(trip_now=True)
-            return RemoteAuthError(message)
+            return UnauthenticatedError(message)
         if _transient(exc):
             self.breaker.failure()
             return StoreUnavailableError(message)

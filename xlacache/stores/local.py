@@ -1,58 +1,61 @@
-"""A cache directory on a local or shared file system.
-
-Layout::
-
-    ROOT/XLACACHE              marker (format version); its absence means "not a cache"
-    ROOT/entries/ab/<key>.xlac entry files, sharded by the key's first two hex digits
-    ROOT/tmp/                  writes in progress (never read)
-    ROOT/index.sqlite          derived index (sizes, times, hits) for listing and eviction
+"""A cache directory on a local or shared file system: entry files (`stores.files`
+has the layout) and a derived SQLite index beside them (`stores.index`).
 
 Writes go to tmp/, are fsynced, then renamed into place: a reader sees a whole entry
 or none, also when the writer is killed. Many processes may share a directory; the
 same key written twice just replaces an identical entry. No lock is held across a
-compile, and none at all on the read path.
+compile, and none at all on the read path: a hit reads and verifies the entry file and
+counts the hit in memory (`stores.index` writes it later, in the background).
+
+The index is reconciled with the entry files when a writable store opens (and by
+`reconcile`, which the server runs periodically): entry files without a row (a crash
+between rename and index write, a full disk) are indexed, rows without a file dropped,
+and the difference counted as `index_drift`.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
-import sqlite3
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from filelock import FileLock
 
-from xlacache import counters, entry
-from xlacache.errors import CorruptEntryError, NotACacheError, ReadOnlyError
+from xlacache import counters, entry, misslog
+from xlacache.errors import (
+    CorruptEntryError,
+    IndexClosedError,
+    IndexCorruptError,
+    NotACacheError,
+    ReadOnlyError,
+    StoreIndexError,
+)
 from xlacache.key import is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
-from xlacache.stores.index import Index, is_damaged, move_aside
+from xlacache.stores.files import (
+    ENTRY_SUFFIX,
+    MARKER,
+    STALE_TEMP_SECONDS,
+    EntryFiles,
+    check_key,
+    info_from_header,
+)
+from xlacache.stores.index import Index, Limits, move_aside
+from xlacache.stores.leases import DirLeases
 
-MARKER = "XLACACHE"
-ENTRY_SUFFIX = ".xlac"
-STALE_TEMP_SECONDS = 3600.0
-_HEADER_PROBE = 64 * 1024
-
-
-def info_from_header(header: entry.Header, size: int) -> EntryInfo:
-    return EntryInfo(
-        key=header.key,
-        size=size,
-        payload_size=header.payload_size,
-        created=header.created,
-        last_used=header.created,
-        hits=0,
-        compile_seconds=header.compile_seconds,
-        label=header.label,
-    )
+__all__ = ["ENTRY_SUFFIX", "MARKER", "STALE_TEMP_SECONDS", "LocalStore", "info_from_header"]
 
 
 class LocalStore(Store):
-    """Entries as files in a directory, with a SQLite index beside them."""
+    """Entries as files in a directory, with a SQLite index beside them.
+
+    `create`: a writable store makes the directory when missing; a read-only one accepts
+    a directory nobody has made yet (empty until its writer makes it); with create=False
+    either must find a cache there.
+    """
 
     def __init__(
         self,
@@ -72,18 +75,24 @@ class LocalStore(Store):
         # loss (never a killed process) may lose recent entries or leave torn files,
         # which reads detect (header and body SHA-256) and remove: a miss, not bad data.
         self.fsync = fsync
-        self.entries_dir = self.root / "entries"
-        self.tmp_dir = self.root / "tmp"
+        self.files = EntryFiles(self.root, fsync)
+        self.entries_dir = self.files.entries_dir
+        self.tmp_dir = self.files.tmp_dir
         self.index_path = self.root / "index.sqlite"
-        self._age_checked = float("-inf")
         self._index: Index | None = None
-        if not (self.root / MARKER).is_file():
-            if readonly or not create:
+        self._leases: DirLeases | None = None
+        if not self.files.is_cache():
+            if not create:
                 raise NotACacheError(f"{self.root} is not an xlacache cache directory")
-            self._create()
+            if not readonly:
+                self.files.create()
+            # Read-only with create: a directory its writer has not made yet reads as
+            # empty until it does (a reader that starts before its writer).
         if not readonly and not os.access(self.root, os.W_OK):
             raise PermissionError(errno.EACCES, "cache directory is not writable", str(self.root))
         self._index = self._open_index()
+        if self._index is not None and not readonly:
+            self.reconcile(counted=not self._index.fresh)
 
     # -- Store interface -------------------------------------------------------------
 
@@ -94,35 +103,63 @@ class LocalStore(Store):
         except FileNotFoundError:
             return None
         try:
-            header = entry.verify(blob, key)
+            entry.verify(blob, key)
         except CorruptEntryError:
             if not self.readonly:
                 self._remove([key])
             raise
-        self.record_hit(key, header, len(blob))
+        self.record_hit(key)
         return blob
 
     def put(self, key: str, blob: bytes) -> None:
+        header = entry.read_header(blob)  # checked; the body digest is left to readers
+        if header.key != key:
+            raise CorruptEntryError(f"refusing to store an entry for {header.key} under {key}")
+        if entry.header_length(blob[: entry.PRELUDE_SIZE]) + header.body_size != len(blob):
+            raise CorruptEntryError(f"entry {key}: its header says another length")
+        self._write(key, (blob,), lambda: header)
+
+    def put_stream(self, key: str, chunks: Iterable[bytes | memoryview]) -> None:
+        """Write chunks to a temp file as they come, verify the whole, rename it into place.
+
+        Memory holds one chunk at a time. The entry is checked as it streams (header,
+        key, length, body digest: `entry.EntryReader`); a bad one, or a failing
+        `chunks` iterator, leaves nothing behind.
+        """
+        reader = entry.EntryReader(key)
+
+        def checked() -> Iterator[bytes | memoryview]:
+            for chunk in chunks:
+                reader.feed(chunk)
+                yield chunk
+
+        self._write(key, checked(), reader.finish)
+
+    def _write(self, key: str, chunks: Iterable, finish) -> None:
+        """Write chunks to a fresh temp file; `finish()` gives the checked header (or
+        raises) before the file is synced, renamed into place and indexed."""
         if self.readonly:
             raise ReadOnlyError(f"{self.root} is open read-only")
-        header = entry.read_header(blob)
-        if header.key != key or not is_valid_key(key):
-            raise CorruptEntryError(f"refusing to store an entry for {header.key} under {key}")
+        check_key(key)
         tmp = self.temp_path(key)
+        size = 0
         try:
-            with open(tmp, "wb") as f:
-                f.write(blob)
+            with open(tmp, "xb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+                    size += len(chunk)
+                header = finish()
                 f.flush()
                 if self.fsync:
                     os.fsync(f.fileno())
-            self._install(key, tmp)
+            self.files.install(key, tmp)
         finally:
             tmp.unlink(missing_ok=True)
-        self._after_install(header, len(blob))
+        self._after_install(header, size)
 
     def temp_path(self, key: str) -> Path:
         """A fresh name in tmp/ for an entry being written (see put_file)."""
-        return self.tmp_dir / f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+        return self.files.temp_path(key)
 
     def put_file(
         self,
@@ -146,18 +183,15 @@ class LocalStore(Store):
                 raise ReadOnlyError(f"{self.root} is open read-only")
             if tmp.parent != self.tmp_dir:
                 raise ValueError(f"{tmp} is not in {self.tmp_dir}: use temp_path()")
+            check_key(key)
             with open(tmp, "rb", buffering=0) as f:
                 if header is None:
-                    head = f.read(_HEADER_PROBE)
-                    need = entry.header_length(head)
-                    if need > len(head):
-                        head += f.read(need - len(head))
-                    header = entry.read_header(head)
+                    header, need = entry.read_file_header(f)
                     if size not in (None, need + header.body_size):
                         raise CorruptEntryError(f"{tmp}: its header says another length")
                     size = need + header.body_size
                 found = os.fstat(f.fileno()).st_size
-                if header.key != key or not is_valid_key(key):
+                if header.key != key:
                     raise CorruptEntryError(
                         f"refusing to store an entry for {header.key} under {key}"
                     )
@@ -167,25 +201,22 @@ class LocalStore(Store):
                     raise CorruptEntryError(f"{tmp}: {found} bytes, not the entry's length")
                 if self.fsync:
                     os.fsync(f.fileno())
-            self._install(key, tmp)
+            self.files.install(key, tmp)
         finally:
             tmp.unlink(missing_ok=True)
         self._after_install(header, found)
 
-    def _install(self, key: str, tmp: Path) -> None:
-        """Rename a written (and, with fsync on, synced) temp file into place."""
-        final = self.entry_path(key)
-        try:
-            os.replace(tmp, final)
-        except FileNotFoundError:  # the shard's first entry (or tmp vanished: raise)
-            final.parent.mkdir(exist_ok=True)
-            os.replace(tmp, final)
-        if self.fsync:
-            _fsync_dir(final.parent)
-
     def _after_install(self, header: entry.Header, size: int) -> None:
-        self._index_call(lambda ix: ix.upsert([info_from_header(header, size)]))
-        self._enforce_limits()
+        """Index the entry and evict, in one bounded transaction; remove evicted files."""
+        info = info_from_header(header, size)
+        limits = None
+        if self.max_size is not None or self.max_age is not None:
+            limits = Limits(max_size=self.max_size, max_age=self.max_age)
+        evicted = self._index_call(lambda ix: ix.add(info, limits)) or []
+        for victim in evicted:
+            self.entry_path(victim.key).unlink(missing_ok=True)
+        if evicted:
+            counters.add("evictions", len(evicted))
 
     def contains(self, key: str) -> bool:
         return self.entry_path(key).is_file()
@@ -201,20 +232,27 @@ class LocalStore(Store):
         if not self.contains(key):
             return None
         info = self._index_call(lambda ix: ix.get(key))
-        return info or self._read_info(self.entry_path(key))
+        return info or self.files.read_info(self.entry_path(key))
 
     def list(self) -> Iterator[EntryInfo]:
-        if self._index is None:
-            return self._scan()
-        infos = self._index_call(lambda ix: list(ix.all()))
-        return iter(infos) if infos is not None else self._scan()
+        infos = self._index_call(lambda ix: ix.all())
+        return iter(infos) if infos is not None else self.scan()
+
+    def list_page(self, after: str = "", limit: int = 1000) -> list[EntryInfo]:
+        page = self._index_call(lambda ix: ix.page(after, limit))
+        if page is not None:
+            return page
+        return super().list_page(after, limit)
+
+    def scan(self) -> Iterator[EntryInfo]:
+        """Every readable entry, from the entry files' headers (the index not consulted)."""
+        return self.files.scan()
 
     def summary(self) -> StoreSummary:
-        if self._index is not None:
-            result = self._index_call(lambda ix: ix.summary())
-            if result is not None:
-                return result
-        return StoreSummary.of(self._scan())
+        result = self._index_call(lambda ix: ix.summary())
+        if result is not None:
+            return result
+        return StoreSummary.of(self.scan())
 
     def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
         if self.readonly and not dry_run:
@@ -233,7 +271,10 @@ class LocalStore(Store):
         report = VerifyReport()
         found: list[EntryInfo] = []
         bad: list[Path] = []
-        for path in self._entry_files():
+        for path in self.files.misplaced():  # a file where a shard directory belongs
+            report.corrupt.append(path.name)
+            bad.append(path)
+        for path in self.files.entry_files():
             report.checked += 1
             key = path.name.removesuffix(ENTRY_SUFFIX)
             try:
@@ -244,7 +285,7 @@ class LocalStore(Store):
             except (CorruptEntryError, OSError):
                 report.corrupt.append(key)
                 bad.append(path)
-        report.stale_temp_files = len(self._stale_temp_files(time.time()))
+        report.stale_temp_files = len(self.files.stale_temp_files())
         if repair:
             for path in bad:
                 path.unlink(missing_ok=True)
@@ -254,17 +295,69 @@ class LocalStore(Store):
             report.repaired = True
         return report
 
+    @property
+    def can_report_misses(self) -> bool:
+        return not self.readonly
+
+    def report_miss(self, record: dict) -> None:
+        """Append to the directory's miss log (`misslog.MISS_LOG`, bounded in size)."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.root} is open read-only")
+        misslog.append(self.root / misslog.MISS_LOG, misslog.bounded(record))
+
+    def recent_misses(self, limit: int | None = None) -> list[dict]:
+        return misslog.read(self.root / misslog.MISS_LOG, limit)
+
+    def exists(self) -> bool:
+        return self.files.is_cache()
+
+    def leases(self) -> DirLeases:
+        """Leases among the processes sharing this directory (lock files in leases/)."""
+        if self._leases is None:
+            self._leases = DirLeases(self.root)
+        return self._leases
+
     def close(self) -> None:
-        if self._index is not None:
-            self._index.close()
-            self._index = None
+        if self._leases is not None:
+            self._leases.close()
+        index, self._index = self._index, None
+        if index is not None:
+            index.close()
 
-    # -- helpers ---------------------------------------------------------------------
+    # -- index upkeep ------------------------------------------------------------------
 
-    def entry_path(self, key: str) -> Path:
-        if not is_valid_key(key):
-            raise ValueError(f"malformed cache key {key!r}")
-        return self.entries_dir / key[:2] / f"{key}{ENTRY_SUFFIX}"
+    def record_hit(self, key: str) -> None:
+        """Count a hit on `key` (in memory; written to the index in the background)."""
+        index = self._index
+        if index is not None and not self.readonly:
+            index.note_hit(key)
+
+    def flush_hits(self) -> None:
+        """Write buffered hit counts to the index now (tests, and before reporting)."""
+        self._index_call(lambda ix: ix.flush_hits())
+
+    def reconcile(self, counted: bool = True) -> int:
+        """Make the index match the entry files; returns how many rows it changed.
+
+        Entry files without a row get one (from their header; malformed ones are left
+        to `verify`), rows without a file are dropped. The drift is counted in
+        `index_drift` unless `counted` is false (a new, empty index).
+        """
+        if self.readonly:
+            raise ReadOnlyError(f"{self.root} is open read-only")
+        known = self._index_call(lambda ix: ix.keys())
+        if known is None:
+            return 0
+        on_disk = set(self.files.keys())  # after the rows: a concurrent put shows as a file
+        added = [i for i in map(self.files.read_info, map(self.entry_path, on_disk - known)) if i]
+        vanished = [k for k in known - on_disk if not self.entry_path(k).exists()]
+        self._index_call(lambda ix: ix.upsert(added))
+        self._index_call(lambda ix: ix.remove(vanished))
+        self.remove_stale_temp_files()
+        drift = len(added) + len(vanished)
+        if drift and counted:
+            counters.add("index_drift", drift)
+        return drift
 
     def rebuild_index(self) -> int:
         """Recreate the index from entry headers; returns the number of entries indexed."""
@@ -274,53 +367,41 @@ class LocalStore(Store):
             self.close()
             move_aside(self.index_path)
             self._index = Index(self.index_path)
-            infos = list(self._scan())
+            infos = list(self.scan())
             self._index.upsert(infos)
         return len(infos)
 
-    def _create(self) -> None:
-        try:
-            for d in (self.root, self.entries_dir, self.tmp_dir):
-                d.mkdir(parents=True, exist_ok=True)
-            marker = {"format_version": entry.FORMAT_VERSION, "created": time.time()}
-            tmp = self.tmp_dir / f"{MARKER}.{uuid.uuid4().hex[:8]}"
-            tmp.write_text(json.dumps(marker) + "\n")
-            os.replace(tmp, self.root / MARKER)
-        except FileExistsError as exc:
-            raise NotACacheError(f"{self.root} is not a directory") from exc
-
     def _open_index(self) -> Index | None:
-        """Open the index; rebuild it if missing or corrupt. None when unusable (read-only)."""
+        """Open the index; rebuild it if damaged. None when unusable (listing then scans)."""
         if self.readonly:
             if not self.index_path.exists():
                 return None
             try:
                 return Index(self.index_path, readonly=True)
-            except sqlite3.Error:
+            except (StoreIndexError, OSError):
                 return None  # listing falls back to scanning headers
-        fresh = not self.index_path.exists()
         try:
-            index = Index(self.index_path)
-        except sqlite3.DatabaseError as exc:
+            return Index(self.index_path)
+        except IndexCorruptError as exc:
             counters.record_error("index", exc)
             self.rebuild_index()
             return self._index
-        except (sqlite3.Error, OSError) as exc:
+        except (StoreIndexError, OSError) as exc:
             counters.record_error("index", exc)
             return None
-        if fresh and any(self._entry_files()):
-            index.upsert(self._scan())
-        return index
 
     def _index_call(self, fn):
         """Run fn(index); index failures are counted, never raised (the index is derived)."""
-        if self._index is None:
+        index = self._index
+        if index is None:
             return None
         try:
-            return fn(self._index)
-        except sqlite3.Error as exc:
+            return fn(index)
+        except IndexClosedError:
+            return None  # the store is closing: callers fall back to the entry files
+        except StoreIndexError as exc:
             counters.record_error("index", exc)
-            if is_damaged(exc) and not self.readonly:
+            if isinstance(exc, IndexCorruptError) and not self.readonly:
                 try:
                     self.rebuild_index()
                 except Exception as rebuild_exc:  # noqa: BLE001
@@ -328,41 +409,23 @@ class LocalStore(Store):
                     self._index = None
             return None
 
-    def _enforce_limits(self) -> None:
-        """Evict least recently used entries over max_size, and entries past max_age."""
-        over = self.max_size is not None and (
-            (self._index_call(lambda ix: ix.total_size()) or 0) > self.max_size
-        )
-        age_due = self.max_age is not None and time.monotonic() - self._age_checked > 60
-        if over or age_due:
-            self._age_checked = time.monotonic()
-            self.prune(PrunePolicy(max_size=self.max_size, older_than=self.max_age))
+    def _resync_index(self, present: list[EntryInfo]) -> None:
+        def sync(ix: Index) -> None:
+            known = ix.keys()
+            keys = {i.key for i in present}
+            ix.remove(known - keys)
+            ix.upsert(i for i in present if i.key not in known)
 
-    def record_hit(self, key: str, header: entry.Header, size: int) -> None:
-        if self.readonly:
-            return
-        now = time.time()
-        if self._index_call(lambda ix: ix.touch(key, now)) is False:
-            info = info_from_header(header, size)
-            info = EntryInfo(**{**info.to_dict(), "hits": 1, "last_used": now})
-            self._index_call(lambda ix: ix.upsert([info]))
+        self._index_call(sync)
 
-    def _remove(self, keys) -> None:
-        keys = list(keys)
-        for key in keys:
-            self.entry_path(key).unlink(missing_ok=True)
-        self._index_call(lambda ix: ix.remove(keys))
+    # -- files -------------------------------------------------------------------------
 
-    def _entry_files(self) -> Iterator[Path]:
-        if not self.entries_dir.is_dir():
-            return iter(())
-        return (
-            p
-            for shard in sorted(self.entries_dir.iterdir())
-            if shard.is_dir()
-            for p in sorted(shard.iterdir())
-            if p.name.endswith(ENTRY_SUFFIX)
-        )
+    def entry_path(self, key: str) -> Path:
+        return self.files.entry_path(key)
+
+    def open_entry(self, key: str) -> BinaryIO:
+        """The entry's file, open for unbuffered reading (FileNotFoundError if absent)."""
+        return open(self.entry_path(key), "rb", buffering=0)  # noqa: SIM115 - the caller's
 
     def peek(self, key: str) -> bytes | None:
         """The verified entry, read without recording a hit (never touches the index)."""
@@ -376,73 +439,17 @@ class LocalStore(Store):
     def read_header(self, key: str) -> entry.Header | None:
         """The entry's header, read from the front of its file (never touches the index)."""
         try:
-            return self._read_header_file(self.entry_path(key))[0]
+            with open(self.entry_path(key), "rb") as f:
+                return entry.read_file_header(f)[0]
         except FileNotFoundError:
             return None
 
-    def _read_header_file(self, path: Path) -> tuple[entry.Header, int]:
-        """(header, file size) from the front of an entry file."""
-        with open(path, "rb") as f:
-            head = f.read(_HEADER_PROBE)
-            need = entry.header_length(head)
-            if need > len(head):
-                head += f.read(need - len(head))
-            size = os.fstat(f.fileno()).st_size
-        return entry.read_header(head), size
-
-    def _read_info(self, path: Path) -> EntryInfo | None:
-        """Entry info from a file's header alone; None for an unreadable one."""
-        try:
-            return info_from_header(*self._read_header_file(path))
-        except (CorruptEntryError, OSError):
-            return None
-
-    def _scan(self) -> Iterator[EntryInfo]:
-        for path in self._entry_files():
-            info = self._read_info(path)
-            if info is not None:
-                yield info
-
-    def _resync_index(self, present: list[EntryInfo]) -> None:
-        def sync(ix: Index) -> None:
-            known = ix.keys()
-            keys = {i.key for i in present}
-            ix.remove(known - keys)
-            ix.upsert(i for i in present if i.key not in known)
-
-        self._index_call(sync)
-
-    def _stale_temp_files(self, now: float) -> list[Path]:
-        if not self.tmp_dir.is_dir():
-            return []
-        stale = []
-        for p in self.tmp_dir.iterdir():
-            try:
-                if now - p.stat().st_mtime > STALE_TEMP_SECONDS:
-                    stale.append(p)
-            except FileNotFoundError:
-                continue
-        return stale
+    def _remove(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        for key in keys:
+            self.entry_path(key).unlink(missing_ok=True)
+        self._index_call(lambda ix: ix.remove(keys))
 
     def remove_stale_temp_files(self) -> int:
-        """Remove writes abandoned in tmp/ (older than STALE_TEMP_SECONDS); how many."""
-        if self.readonly:
-            return 0
-        stale = self._stale_temp_files(time.time())
-        for p in stale:
-            p.unlink(missing_ok=True)
-        return len(stale)
-
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        """Remove abandoned writes from tmp/ (see EntryFiles.stale_temp_files); how many."""
+        return 0 if self.readonly else self.files.remove_stale_temp_files()

@@ -9,7 +9,7 @@ deadline, not one per compile. Entries are verified end to end on get.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import random
 import threading
 import time
@@ -19,49 +19,32 @@ from urllib.parse import urlparse
 
 import grpc
 
-from xlacache import entry
+from xlacache import config, entry
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache._proto.v1 import cache_pb2_grpc as pb_grpc
 from xlacache.errors import (
     CacheError,
     ConfigError,
     CorruptEntryError,
-    EntryTooLargeError,
+    InvalidKeyError,
     ReadOnlyError,
     StoreUnavailableError,
 )
 from xlacache.key import is_valid_key
-from xlacache.server import wire
+from xlacache.protocol import CHUNK_SIZE, DEFAULT_PORT, fields_of, method_path, misses, status, wire
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.leases import Grant, LeaseTable
 
-DEFAULT_PORT = 7070
-CHUNK_SIZE = 1024 * 1024  # bytes per Put message: small enough that servers work as it streams
 MESSAGE_LIMIT = 8 * 1024 * 1024
 
-ENV_TOKEN = "XLACACHE_TOKEN"
-ENV_TOKEN_FILE = "XLACACHE_TOKEN_FILE"
-ENV_CA = "XLACACHE_TLS_CA"
-ENV_CERT = "XLACACHE_TLS_CERT"
-ENV_KEY = "XLACACHE_TLS_KEY"
-
-# Codes that say the server (or our access to it) is unwell: they trip the breaker.
+Code = grpc.StatusCode
+# Codes that say the server (or our access to it) is unwell: they count against the
+# breaker; the second set opens it at once (waiting on the server again would hurt).
 _SICK = {
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.UNAUTHENTICATED,
-    grpc.StatusCode.INTERNAL,
-    grpc.StatusCode.UNKNOWN,
-    grpc.StatusCode.CANCELLED,
-    grpc.StatusCode.UNIMPLEMENTED,
-}
-
-
-class RemoteAuthError(StoreUnavailableError):
-    """The server refused our credentials (UNAUTHENTICATED) or our role (PERMISSION_DENIED)."""
-
-    def __init__(self, message: str, permission_denied: bool = False) -> None:
-        super().__init__(message)
-        self.permission_denied = permission_denied
+    Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.UNAUTHENTICATED, Code.INTERNAL,
+    Code.UNKNOWN, Code.CANCELLED, Code.UNIMPLEMENTED,
+}  # fmt: skip
+_TRIP_NOW = {Code.UNAUTHENTICATED, Code.DEADLINE_EXCEEDED, Code.CANCELLED}
 
 
 class CircuitBreaker:
@@ -123,7 +106,8 @@ def _read(path: str | None) -> bytes | None:
 
 
 class GrpcStore(Store):
-    """A remote store. `token` (or $XLACACHE_TOKEN / $XLACACHE_TOKEN_FILE) authenticates."""
+    """A remote store. `token` authenticates; missing credentials and TLS files come from
+    the environment (`xlacache.config`: XLACACHE_TOKEN, XLACACHE_TLS_CA, ...)."""
 
     def __init__(
         self,
@@ -149,9 +133,7 @@ class GrpcStore(Store):
         self.min_rate = min_rate
         self.chunk_size = chunk_size
         self.breaker = breaker or CircuitBreaker()
-        token = token or os.environ.get(ENV_TOKEN)
-        if not token and os.environ.get(ENV_TOKEN_FILE):
-            token = Path(os.environ[ENV_TOKEN_FILE]).read_text().strip()
+        token = token or config.remote_token()
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         options = [
             ("grpc.max_receive_message_length", MESSAGE_LIMIT),
@@ -168,23 +150,24 @@ class GrpcStore(Store):
             ("grpc.use_local_subchannel_pool", 1),
         ]
         if tls:
+            env = config.remote_tls_files()
             creds = grpc.ssl_channel_credentials(
-                root_certificates=_read(tls_ca or os.environ.get(ENV_CA)),
-                private_key=_read(tls_key or os.environ.get(ENV_KEY)),
-                certificate_chain=_read(tls_cert or os.environ.get(ENV_CERT)),
+                root_certificates=_read(tls_ca or env["tls_ca"]),
+                private_key=_read(tls_key or env["tls_key"]),
+                certificate_chain=_read(tls_cert or env["tls_cert"]),
             )
             self._channel = grpc.secure_channel(self.target, creds, options=options)
         else:
             self._channel = grpc.insecure_channel(self.target, options=options)
         self._stub = pb_grpc.CacheStub(self._channel)
-        # Bulk calls move wire-format bytes (xlacache.server.wire): no protobuf copies.
+        # Bulk calls move wire-format bytes (xlacache.protocol.wire): no protobuf copies.
         self._get_raw = self._channel.unary_stream(
-            "/xlacache.v1.Cache/Get",
+            method_path("Get"),
             request_serializer=pb.GetRequest.SerializeToString,
             response_deserializer=None,
         )
         self._put_raw = self._channel.stream_unary(
-            "/xlacache.v1.Cache/Put",
+            method_path("Put"),
             request_serializer=None,
             response_deserializer=pb.PutResponse.FromString,
         )
@@ -287,12 +270,19 @@ class GrpcStore(Store):
     def list(self, page_size: int = 1000) -> Iterator[EntryInfo]:
         token = ""
         while True:
-            request = pb.ListRequest(page_size=page_size, page_token=token)
-            reply = self._call(lambda r=request: self._unary(self._stub.List, r))
+            reply = self._list_call(token, page_size)
             yield from (_info(i) for i in reply.entries)
             token = reply.next_page_token
             if not token:
                 return
+
+    def list_page(self, after: str = "", limit: int = 1000) -> list[EntryInfo]:
+        """One List call: up to `limit` entries with keys after `after`, in key order."""
+        return [_info(i) for i in self._list_call(after, limit).entries]
+
+    def _list_call(self, token: str, page_size: int) -> pb.ListResponse:
+        request = pb.ListRequest(page_size=page_size, page_token=token)
+        return self._call(lambda: self._unary(self._stub.List, request))
 
     def summary(self) -> StoreSummary:
         s = self.server_stats().summary
@@ -345,6 +335,24 @@ class GrpcStore(Store):
         except CacheError:
             return False
 
+    @property
+    def can_report_misses(self) -> bool:
+        return True  # read-only too: the server's ring is no part of the cache
+
+    def report_miss(self, record: dict) -> None:
+        """Send one explained miss to the server (ReportMiss: read tokens may)."""
+        request = pb.ReportMissRequest(miss=misses.to_message(record))
+        self._call(lambda: self._unary(self._stub.ReportMiss, request))
+
+    def recent_misses(self, limit: int | None = None) -> list[dict]:
+        request = pb.RecentMissesRequest(limit=limit or 0)
+        reply = self._call(lambda: self._unary(self._stub.RecentMisses, request))
+        return [misses.to_record(m) for m in reply.misses]
+
+    def leases(self) -> GrpcLeases:
+        """The server's leases (the Lease and LeaseWait RPCs)."""
+        return GrpcLeases(self)
+
     def close(self) -> None:
         self._channel.close()
 
@@ -358,62 +366,63 @@ class GrpcStore(Store):
         return method(request, timeout=timeout or self.timeout, metadata=self._metadata)
 
     def _call(self, fn):
-        """Run one RPC under the breaker, turning gRPC statuses into cache errors."""
+        """Run one RPC under the breaker, turning a failed call into its error type."""
         if not self.breaker.allow():
             raise StoreUnavailableError(f"{self.url}: server marked unavailable, backing off")
         try:
             result = fn()
         except grpc.RpcError as exc:
-            raise self._translate(exc) from None
+            code = status.code_of(exc)
+            if code in _SICK:
+                self.breaker.failure(trip_now=code in _TRIP_NOW)
+            else:
+                self.breaker.success()  # the server answered, if only to refuse
+            raise status.error_from_rpc(exc, self.url) from None
         except BaseException:
             self.breaker.success()  # the server answered; the trouble is ours
             raise
         self.breaker.success()
         return result
 
-    def _translate(self, exc: grpc.RpcError) -> CacheError:
-        code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-        details = (exc.details() if hasattr(exc, "details") else "") or str(code)
-        message = f"{self.url}: {code.name}: {details}"
-        if code in _SICK:
-            slow_or_refused = code in (
-                grpc.StatusCode.UNAUTHENTICATED,
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                grpc.StatusCode.CANCELLED,
-            )
-            self.breaker.failure(trip_now=slow_or_refused)  # waiting again would hurt
-            if code is grpc.StatusCode.UNAUTHENTICATED:
-                return RemoteAuthError(message)
-            return StoreUnavailableError(message)
-        self.breaker.success()
-        if code is grpc.StatusCode.PERMISSION_DENIED:
-            return RemoteAuthError(message, permission_denied=True)
-        if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
-            if "over this server's limit" in details:
-                return EntryTooLargeError(message)
-            return StoreUnavailableError(message)
-        if code in (grpc.StatusCode.DATA_LOSS, grpc.StatusCode.INVALID_ARGUMENT):
-            return (
-                CorruptEntryError(message)
-                if code is grpc.StatusCode.DATA_LOSS
-                else (CacheError(message))
-            )
-        return CacheError(message)
-
 
 def _check_key(key: str) -> None:
     if not is_valid_key(key):
-        raise ValueError(f"malformed cache key {key!r}")
+        raise InvalidKeyError(f"malformed cache key {key!r}")
 
 
 def _info(message: pb.EntryInfo) -> EntryInfo:
-    return EntryInfo(
-        key=message.key,
-        size=message.size,
-        payload_size=message.payload_size,
-        created=message.created,
-        last_used=message.last_used,
-        hits=message.hits,
-        compile_seconds=message.compile_seconds,
-        label=message.label,
-    )
+    return EntryInfo(**fields_of(message))
+
+
+class GrpcLeases(LeaseTable):
+    """A server's lease table, through the Lease (write) and LeaseWait (read) RPCs."""
+
+    def __init__(self, store: GrpcStore) -> None:
+        self.store = store
+
+    def acquire(self, name: str, holder: str, ttl: float) -> Grant:
+        reply = self._lease(name, holder, pb.LeaseRequest.ACQUIRE, ttl)
+        return Grant(reply.granted, taken_over=reply.taken_over, holder=reply.holder)
+
+    def renew(self, name: str, holder: str, ttl: float) -> bool:
+        return self._lease(name, holder, pb.LeaseRequest.RENEW, ttl).granted
+
+    def release(self, name: str, holder: str) -> None:
+        self._lease(name, holder, pb.LeaseRequest.RELEASE, 0.0)
+
+    def holder(self, name: str) -> str | None:
+        _check_key(name)
+        request = pb.LeaseWaitRequest(key=name)
+        reply = self.store._call(lambda: self.store._unary(self.store._stub.LeaseWait, request))
+        return reply.holder or None
+
+    def report_wait(self, name: str, loaded: bool, seconds: float) -> None:
+        request = pb.LeaseWaitRequest(key=name, done=True, loaded=loaded, waited_seconds=seconds)
+        with contextlib.suppress(CacheError):  # figures only
+            self.store._call(lambda: self.store._unary(self.store._stub.LeaseWait, request))
+
+    def _lease(self, name: str, holder: str, action, ttl: float) -> pb.LeaseResponse:
+        self.store._writable()
+        _check_key(name)
+        request = pb.LeaseRequest(key=name, holder=holder, action=action, ttl_seconds=ttl)
+        return self.store._call(lambda: self.store._unary(self.store._stub.Lease, request))

@@ -5,7 +5,9 @@ local, then queued for upload by one background thread, so training never waits 
 the network; when the queue is full the upload is dropped and counted. A sick remote
 (unreachable, timing out, refusing our token) degrades the tier to local-only with
 one warning (`xlacache.counters.record_error`); the remote's circuit breaker keeps
-retries cheap. `readonly` never writes anywhere.
+retries cheap. A remote that refuses our uploads (a read token; a server requiring
+signatures we do not make, counted as errors["untrusted"]) is not asked again.
+`readonly` never writes anywhere.
 """
 
 from __future__ import annotations
@@ -16,18 +18,22 @@ from collections import deque
 from collections.abc import Iterator
 
 from xlacache import counters
-from xlacache.errors import CacheError, CorruptEntryError, ReadOnlyError
+from xlacache.errors import (
+    CacheError,
+    CorruptEntryError,
+    PermissionDeniedError,
+    ReadOnlyError,
+    UntrustedEntryError,
+    kind_of,
+)
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.leases import LeaseTable
 
 log = logging.getLogger("xlacache.tiered")
 
 DEFAULT_QUEUE_ENTRIES = 64
 DEFAULT_QUEUE_BYTES = 2 * 1024**3
 CLOSE_FLUSH_SECONDS = 10.0
-
-
-def _remote_kind(exc: BaseException) -> str:
-    return "corrupt" if isinstance(exc, CorruptEntryError) else "remote"
 
 
 class TieredStore(Store):
@@ -64,7 +70,7 @@ class TieredStore(Store):
         try:
             blob = self.local.get(key)
         except CorruptEntryError as exc:  # removed locally; the remote may have a good copy
-            counters.record_error("corrupt", exc)
+            counters.record_error(exc.kind, exc)
             blob = None
         if blob is not None:
             return blob
@@ -76,14 +82,14 @@ class TieredStore(Store):
             try:
                 self.local.put(key, blob)
             except (CacheError, OSError) as exc:
-                counters.record_error("io" if isinstance(exc, OSError) else "cache", exc)
+                counters.record_error(kind_of(exc), exc)
         return blob
 
     def _remote_get(self, key: str) -> bytes | None:
         try:
             return self.remote.get(key)
         except (CacheError, OSError) as exc:
-            counters.record_error(_remote_kind(exc), exc)
+            counters.record_error(kind_of(exc), exc)
             return None
 
     def contains(self, key: str) -> bool:
@@ -92,7 +98,7 @@ class TieredStore(Store):
         try:
             return self.remote.contains(key)
         except (CacheError, OSError) as exc:
-            counters.record_error("remote", exc)
+            counters.record_error(kind_of(exc), exc)
             return False
 
     def stat(self, key: str) -> EntryInfo | None:
@@ -102,7 +108,7 @@ class TieredStore(Store):
         try:
             return self.remote.stat(key)
         except (CacheError, OSError) as exc:
-            counters.record_error("remote", exc)
+            counters.record_error(kind_of(exc), exc)
             return None
 
     def list(self) -> Iterator[EntryInfo]:
@@ -121,6 +127,19 @@ class TieredStore(Store):
             raise ReadOnlyError(f"{self.url} is open read-only")
         return self.local.verify(repair=repair)
 
+    @property
+    def can_report_misses(self) -> bool:
+        return not self.readonly and self.local.can_report_misses
+
+    def report_miss(self, record: dict) -> None:
+        """The local tier's, as listing is (an explainer reports to the remote itself)."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.url} is open read-only")
+        self.local.report_miss(record)
+
+    def recent_misses(self, limit: int | None = None) -> list[dict]:
+        return self.local.recent_misses(limit)
+
     # -- writes ------------------------------------------------------------------------
 
     def put(self, key: str, blob: bytes) -> None:
@@ -131,6 +150,26 @@ class TieredStore(Store):
                 self.local.put(key, blob)
         finally:  # a full local disk should not keep the entry from other workers
             self._enqueue(key, blob)
+
+    def publish(self, key: str, blob: bytes) -> None:
+        """Store locally and upload now, in this thread: on return the remote has it
+        (unless uploading failed, which is counted as for background uploads)."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.url} is open read-only")
+        try:
+            if not self.local.readonly:
+                self.local.put(key, blob)
+        finally:
+            self._upload(key, blob)
+
+    def leases(self) -> LeaseTable | None:
+        """The remote's leases (every process sharing the remote), else the local tier's."""
+        try:
+            table = self.remote.leases()
+        except (CacheError, OSError) as exc:
+            counters.record_error(kind_of(exc), exc)
+            table = None
+        return table if table is not None else self.local.leases()
 
     def delete(self, key: str) -> bool:
         """Delete locally; on the remote too where our token may (admin)."""
@@ -193,10 +232,12 @@ class TieredStore(Store):
         except ReadOnlyError:
             self._uploads_allowed = False
         except (CacheError, OSError) as exc:
-            if getattr(exc, "permission_denied", False):
-                self._uploads_allowed = False  # a read token: stop trying for this process
+            if isinstance(exc, (PermissionDeniedError, UntrustedEntryError)):
+                # A read token, or a server that requires signatures this process does not
+                # make (it signs every entry alike): stop trying for this process.
+                self._uploads_allowed = False
             counters.add("uploads_dropped")
-            counters.record_error(_remote_kind(exc), exc)
+            counters.record_error(kind_of(exc), exc)
         except Exception as exc:  # noqa: BLE001 - the upload thread must never die
             counters.add("uploads_dropped")
             counters.record_error("internal", exc)

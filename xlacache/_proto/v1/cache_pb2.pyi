@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -210,3 +211,113 @@ class ReportCorruptResponse(_message.Message):
     REMOVED_FIELD_NUMBER: _ClassVar[int]
     removed: bool
     def __init__(self, removed: _Optional[bool] = ...) -> None: ...
+
+class MissDifference(_message.Message):
+    __slots__ = ("component", "details")
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    component: str
+    details: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, component: _Optional[str] = ..., details: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class MissRecord(_message.Message):
+    __slots__ = ("time", "key", "label", "reason", "note", "differences", "nearest", "nearest_label", "compared", "host", "pid", "client")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
+    NEAREST_FIELD_NUMBER: _ClassVar[int]
+    NEAREST_LABEL_FIELD_NUMBER: _ClassVar[int]
+    COMPARED_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
+    time: float
+    key: str
+    label: str
+    reason: str
+    note: str
+    differences: _containers.RepeatedCompositeFieldContainer[MissDifference]
+    nearest: str
+    nearest_label: str
+    compared: int
+    host: str
+    pid: int
+    client: str
+    def __init__(self, time: _Optional[float] = ..., key: _Optional[str] = ..., label: _Optional[str] = ..., reason: _Optional[str] = ..., note: _Optional[str] = ..., differences: _Optional[_Iterable[_Union[MissDifference, _Mapping]]] = ..., nearest: _Optional[str] = ..., nearest_label: _Optional[str] = ..., compared: _Optional[int] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., client: _Optional[str] = ...) -> None: ...
+
+class ReportMissRequest(_message.Message):
+    __slots__ = ("miss",)
+    MISS_FIELD_NUMBER: _ClassVar[int]
+    miss: MissRecord
+    def __init__(self, miss: _Optional[_Union[MissRecord, _Mapping]] = ...) -> None: ...
+
+class ReportMissResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RecentMissesRequest(_message.Message):
+    __slots__ = ("limit",)
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    def __init__(self, limit: _Optional[int] = ...) -> None: ...
+
+class RecentMissesResponse(_message.Message):
+    __slots__ = ("misses", "total")
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    misses: _containers.RepeatedCompositeFieldContainer[MissRecord]
+    total: int
+    def __init__(self, misses: _Optional[_Iterable[_Union[MissRecord, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...
+
+class LeaseRequest(_message.Message):
+    __slots__ = ("key", "holder", "action", "ttl_seconds")
+    class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ACTION_UNSPECIFIED: _ClassVar[LeaseRequest.Action]
+        ACQUIRE: _ClassVar[LeaseRequest.Action]
+        RENEW: _ClassVar[LeaseRequest.Action]
+        RELEASE: _ClassVar[LeaseRequest.Action]
+    ACTION_UNSPECIFIED: LeaseRequest.Action
+    ACQUIRE: LeaseRequest.Action
+    RENEW: LeaseRequest.Action
+    RELEASE: LeaseRequest.Action
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    holder: str
+    action: LeaseRequest.Action
+    ttl_seconds: float
+    def __init__(self, key: _Optional[str] = ..., holder: _Optional[str] = ..., action: _Optional[_Union[LeaseRequest.Action, str]] = ..., ttl_seconds: _Optional[float] = ...) -> None: ...
+
+class LeaseResponse(_message.Message):
+    __slots__ = ("granted", "taken_over", "holder")
+    GRANTED_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_OVER_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    granted: bool
+    taken_over: bool
+    holder: str
+    def __init__(self, granted: _Optional[bool] = ..., taken_over: _Optional[bool] = ..., holder: _Optional[str] = ...) -> None: ...
+
+class LeaseWaitRequest(_message.Message):
+    __slots__ = ("key", "done", "loaded", "waited_seconds")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    LOADED_FIELD_NUMBER: _ClassVar[int]
+    WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    done: bool
+    loaded: bool
+    waited_seconds: float
+    def __init__(self, key: _Optional[str] = ..., done: _Optional[bool] = ..., loaded: _Optional[bool] = ..., waited_seconds: _Optional[float] = ...) -> None: ...
+
+class LeaseWaitResponse(_message.Message):
+    __slots__ = ("holder",)
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    holder: str
+    def __init__(self, holder: _Optional[str] = ...) -> None: ...

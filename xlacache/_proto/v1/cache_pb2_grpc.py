@@ -84,6 +84,26 @@ class CacheStub:
                 request_serializer=xlacache_dot_v1_dot_cache__pb2.ReportCorruptRequest.SerializeToString,
                 response_deserializer=xlacache_dot_v1_dot_cache__pb2.ReportCorruptResponse.FromString,
                 _registered_method=True)
+        self.ReportMiss = channel.unary_unary(
+                '/xlacache.v1.Cache/ReportMiss',
+                request_serializer=xlacache_dot_v1_dot_cache__pb2.ReportMissRequest.SerializeToString,
+                response_deserializer=xlacache_dot_v1_dot_cache__pb2.ReportMissResponse.FromString,
+                _registered_method=True)
+        self.RecentMisses = channel.unary_unary(
+                '/xlacache.v1.Cache/RecentMisses',
+                request_serializer=xlacache_dot_v1_dot_cache__pb2.RecentMissesRequest.SerializeToString,
+                response_deserializer=xlacache_dot_v1_dot_cache__pb2.RecentMissesResponse.FromString,
+                _registered_method=True)
+        self.Lease = channel.unary_unary(
+                '/xlacache.v1.Cache/Lease',
+                request_serializer=xlacache_dot_v1_dot_cache__pb2.LeaseRequest.SerializeToString,
+                response_deserializer=xlacache_dot_v1_dot_cache__pb2.LeaseResponse.FromString,
+                _registered_method=True)
+        self.LeaseWait = channel.unary_unary(
+                '/xlacache.v1.Cache/LeaseWait',
+                request_serializer=xlacache_dot_v1_dot_cache__pb2.LeaseWaitRequest.SerializeToString,
+                response_deserializer=xlacache_dot_v1_dot_cache__pb2.LeaseWaitResponse.FromString,
+                _registered_method=True)
 
 
 class CacheServicer:
@@ -156,6 +176,39 @@ class CacheServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportMiss(self, request, context):
+        """A client explained one of its misses (XLACACHE_EXPLAIN=1); the server keeps the
+        newest in a bounded ring (rate-limited per token: RESOURCE_EXHAUSTED beyond).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecentMisses(self, request, context):
+        """The misses the server keeps, newest first (`xlacache explain grpc://...`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Lease(self, request, context):
+        """Single-flight (xlacache/stores/leases.py): while one client compiles a key under
+        its lease, the others wait for its entry. Acquire, renew (the holder's heartbeat)
+        and release; a lease not renewed within its ttl expires and the next acquire takes
+        it over. Over a bucket (--store gs://) leases live in the bucket, so replicas agree.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaseWait(self, request, context):
+        """Who holds a key's lease, for a waiting client (readers may ask). A waiter whose
+        wait is over says so (done), for the server's figures.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CacheServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -208,6 +261,26 @@ def add_CacheServicer_to_server(servicer, server):
                     servicer.ReportCorrupt,
                     request_deserializer=xlacache_dot_v1_dot_cache__pb2.ReportCorruptRequest.FromString,
                     response_serializer=xlacache_dot_v1_dot_cache__pb2.ReportCorruptResponse.SerializeToString,
+            ),
+            'ReportMiss': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportMiss,
+                    request_deserializer=xlacache_dot_v1_dot_cache__pb2.ReportMissRequest.FromString,
+                    response_serializer=xlacache_dot_v1_dot_cache__pb2.ReportMissResponse.SerializeToString,
+            ),
+            'RecentMisses': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecentMisses,
+                    request_deserializer=xlacache_dot_v1_dot_cache__pb2.RecentMissesRequest.FromString,
+                    response_serializer=xlacache_dot_v1_dot_cache__pb2.RecentMissesResponse.SerializeToString,
+            ),
+            'Lease': grpc.unary_unary_rpc_method_handler(
+                    servicer.Lease,
+                    request_deserializer=xlacache_dot_v1_dot_cache__pb2.LeaseRequest.FromString,
+                    response_serializer=xlacache_dot_v1_dot_cache__pb2.LeaseResponse.SerializeToString,
+            ),
+            'LeaseWait': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaseWait,
+                    request_deserializer=xlacache_dot_v1_dot_cache__pb2.LeaseWaitRequest.FromString,
+                    response_serializer=xlacache_dot_v1_dot_cache__pb2.LeaseWaitResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -480,6 +553,114 @@ class Cache:
             '/xlacache.v1.Cache/ReportCorrupt',
             xlacache_dot_v1_dot_cache__pb2.ReportCorruptRequest.SerializeToString,
             xlacache_dot_v1_dot_cache__pb2.ReportCorruptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportMiss(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xlacache.v1.Cache/ReportMiss',
+            xlacache_dot_v1_dot_cache__pb2.ReportMissRequest.SerializeToString,
+            xlacache_dot_v1_dot_cache__pb2.ReportMissResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecentMisses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xlacache.v1.Cache/RecentMisses',
+            xlacache_dot_v1_dot_cache__pb2.RecentMissesRequest.SerializeToString,
+            xlacache_dot_v1_dot_cache__pb2.RecentMissesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Lease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xlacache.v1.Cache/Lease',
+            xlacache_dot_v1_dot_cache__pb2.LeaseRequest.SerializeToString,
+            xlacache_dot_v1_dot_cache__pb2.LeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaseWait(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xlacache.v1.Cache/LeaseWait',
+            xlacache_dot_v1_dot_cache__pb2.LeaseWaitRequest.SerializeToString,
+            xlacache_dot_v1_dot_cache__pb2.LeaseWaitResponse.FromString,
             options,
             channel_credentials,
             insecure,

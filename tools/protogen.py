@@ -1,10 +1,10 @@
-"""Regenerate the gRPC/protobuf code in `xlacache/_proto` from `proto/`.
+"""Regenerate the gRPC/protobuf code in `xlacache/_proto` from `proto/` (a dev tool).
 
-    python -m xlacache.server.protogen          # rewrite the generated files
-    python -m xlacache.server.protogen --check  # exit 1 if they are stale
+    python tools/protogen.py           # rewrite the generated files (make proto)
+    python tools/protogen.py --check   # exit 1 if they are stale
 
 The output depends only on the .proto files and the grpcio-tools version, so the
-generated files are committed and a test (tests/server/test_protogen.py) fails when
+generated files are committed and a test (tests/server/test_config_auth.py) fails when
 they no longer match their source.
 """
 
@@ -15,12 +15,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PROTO_DIR = ROOT / "proto"
 OUT_DIR = ROOT / "xlacache" / "_proto"
 PROTOS = ("xlacache/v1/cache.proto",)
 
-_INIT = '"""Generated from proto/ by `python -m xlacache.server.protogen`; do not edit."""\n'
+_INIT = '"""Generated from proto/ by `make proto` (tools/protogen.py); do not edit."""\n'
 
 
 def generate() -> dict[str, str]:
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         for rel in stale:
             print(f"stale: xlacache/_proto/{rel}", file=sys.stderr)
         if stale:
-            print("run: python -m xlacache.server.protogen", file=sys.stderr)
+            print("run: make proto (python tools/protogen.py)", file=sys.stderr)
         return 1 if stale else 0
     write(files)
     print(f"wrote {len(files)} files under {OUT_DIR.relative_to(ROOT)}")

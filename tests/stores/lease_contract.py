@@ -1,0 +1,150 @@
+"""The lease contract: one mixin of tests every lease table passes (see stores/leases.py).
+
+A backend's test class subclasses `LeaseContract` and provides a `table` fixture (a
+fresh table) and, to be killed mid-lease, `child_table_code(table)`: (Python source
+defining `table` over the same leases, environment) for a child process. `skew` is
+what the backend adds to a ttl before a lease counts as expired; `expires` is False
+for leases that live exactly as long as their holder (flock).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from tests.conftest import make_key
+from xlacache.stores.leases import LeaseTable
+
+CHILD_SECONDS = 60.0
+
+_HOLDER = """
+import sys, time
+from xlacache.stores.leases import HeldLease
+{open_code}
+name, ttl, ready = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+grant = table.acquire(name, "child-holder", ttl)
+assert grant.granted, grant
+lease = HeldLease(table, name, "child-holder", ttl)  # renews every ttl/3
+open(ready, "w").close()
+time.sleep(300)
+"""
+
+
+class LeaseContract:
+    skew = 0.0
+    expires = True
+
+    def child_table_code(self, table: LeaseTable) -> tuple[str, dict[str, str]] | None:
+        return None
+
+    def test_one_holder_at_a_time(self, table):
+        name = make_key(1)
+        first = table.acquire(name, "holder-a", 30)
+        assert first.granted and not first.taken_over and first.holder == "holder-a"
+        other = table.acquire(name, "holder-b", 30)
+        assert not other.granted and other.holder == "holder-a"
+        assert table.holder(name) == "holder-a"
+        assert table.acquire(name, "holder-a", 30).granted  # acquiring one's own: a renewal
+        assert table.renew(name, "holder-a", 30)
+        assert not table.renew(name, "holder-b", 30)
+        table.release(name, "holder-b")  # not b's to release: nothing happens
+        assert table.holder(name) == "holder-a"
+        table.release(name, "holder-a")
+        assert table.holder(name) is None
+        again = table.acquire(name, "holder-b", 30)
+        assert again.granted and not again.taken_over  # released, not taken over
+        table.release(name, "holder-b")
+
+    def test_names_are_independent(self, table):
+        assert table.acquire(make_key(2), "holder-a", 30).granted
+        assert table.acquire(make_key(3), "holder-b", 30).granted
+        assert table.holder(make_key(4)) is None
+        table.release(make_key(2), "holder-a")
+        table.release(make_key(3), "holder-b")
+
+    def test_malformed_names_are_refused(self, table):
+        with pytest.raises(ValueError):
+            table.acquire("../../etc/passwd", "holder-a", 30)
+
+    def test_of_many_concurrent_acquirers_one_wins(self, table):
+        name = make_key(5)
+        barrier = threading.Barrier(8)
+        grants = {}
+
+        def take(i: int) -> None:
+            barrier.wait(30)
+            grants[i] = table.acquire(name, f"holder-{i}", 30)
+
+        threads = [threading.Thread(target=take, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        winners = [i for i, g in grants.items() if g.granted]
+        assert len(grants) == 8 and len(winners) == 1
+        assert table.holder(name) == f"holder-{winners[0]}"
+        table.release(name, f"holder-{winners[0]}")
+
+    def test_an_expired_lease_is_taken_over(self, table):
+        if not self.expires:
+            pytest.skip("held for as long as the holder lives")
+        name = make_key(6)
+        assert table.acquire(name, "holder-a", 1.0).granted
+        deadline = time.monotonic() + 30
+        while table.holder(name) is not None:  # not renewed: it expires
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        grant = table.acquire(name, "holder-b", 30)
+        assert grant.granted and grant.taken_over
+        assert not table.renew(name, "holder-a", 30)  # a lost it
+        table.release(name, "holder-a")  # and cannot release b's
+        assert table.holder(name) == "holder-b"
+        table.release(name, "holder-b")
+
+    @pytest.mark.slow
+    def test_a_holder_killed_mid_lease_is_taken_over_within_its_ttl(self, table, tmp_path):
+        child = self.child_table_code(table)
+        if child is None:
+            pytest.skip("this table lives in one process")
+        open_code, env = child
+        ttl = 3.0
+        name = make_key(7)
+        ready = tmp_path / "ready"
+        code = _HOLDER.format(open_code=textwrap.dedent(open_code))
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, name, str(ttl), str(ready)],
+            env={**os.environ, **env},
+            stderr=subprocess.PIPE,
+        )
+        try:
+            deadline = time.monotonic() + CHILD_SECONDS
+            while not ready.exists():
+                assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            # Alive, it renews: refused for longer than its ttl.
+            alive_until = time.monotonic() + 1.5 * ttl
+            while time.monotonic() < alive_until:
+                grant = table.acquire(name, "waiter", ttl)
+                assert not grant.granted and grant.holder == "child-holder"
+                time.sleep(0.25)
+            assert table.holder(name) == "child-holder"
+        finally:
+            proc.kill()
+            proc.wait(30)
+        killed = time.monotonic()
+        while not (grant := table.acquire(name, "waiter", ttl)).granted:
+            assert time.monotonic() - killed < CHILD_SECONDS
+            time.sleep(0.1)
+        # Taken over once the lease expired: within its ttl (plus the backend's clock
+        # allowance and a few polls), not after some longer timeout.
+        assert grant.taken_over
+        assert time.monotonic() - killed < ttl + self.skew + 5.0
+        assert table.holder(name) == "waiter"
+        table.release(name, "waiter")

@@ -1,0 +1,122 @@
+"""The lease contract on every lease table: memory, directory (flock), GCS objects, and a
+server's (memory, or a bucket's) through the Lease RPCs."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.server.srvutil import start_bucket_server, start_server
+from tests.stores.lease_contract import LeaseContract
+from xlacache.stores.gcs_leases import DEFAULT_SKEW, GCSLeases
+from xlacache.stores.gcs_objects import GCSObjects
+from xlacache.stores.leases import DirLeases, MemoryLeases
+from xlacache.stores.remote import GrpcStore
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class TestMemoryLeases(LeaseContract):
+    @pytest.fixture
+    def table(self):
+        return MemoryLeases()
+
+
+class TestDirLeases(LeaseContract):
+    expires = False
+
+    @pytest.fixture
+    def table(self, tmp_path):
+        leases = DirLeases(tmp_path)
+        yield leases
+        leases.close()
+
+    def child_table_code(self, table):
+        root = str(table.dir.parent)
+        return f"from xlacache.stores.leases import DirLeases\ntable = DirLeases({root!r})", {}
+
+
+class TestGCSLeases(LeaseContract):
+    skew = DEFAULT_SKEW
+
+    @pytest.fixture
+    def table(self, gcs):
+        table = GCSLeases(GCSObjects(gcs.url()))
+        table.gcs = gcs
+        return table
+
+    def child_table_code(self, table):
+        code = (
+            "from xlacache.stores.gcs_leases import GCSLeases\n"
+            "from xlacache.stores.gcs_objects import GCSObjects\n"
+            f"table = GCSLeases(GCSObjects({table.objects.url!r}))"
+        )
+        return code, table.gcs.env
+
+    def test_a_lease_is_one_object_and_gone_once_released(self, table):
+        from tests.conftest import make_key
+
+        name = make_key(9)
+        assert table.acquire(name, "holder-a", 30).granted
+        assert [o.name for o in table.objects.list("leases/")] == [f"leases/{name}"]
+        table.release(name, "holder-a")
+        assert list(table.objects.list("leases/")) == []
+
+    def test_a_write_whose_answer_was_lost_is_recognized_as_ones_own(self, table):
+        from tests.conftest import make_key
+
+        name = make_key(10)
+        # The create lands, the client hears 503 and retries into "precondition failed".
+        table.gcs.proxy.fail(503, times=1, method="POST", after=True)
+        grant = table.acquire(name, "holder-a", 30)
+        assert grant.granted and not grant.taken_over
+        assert table.gcs.proxy.injected() == 1
+        assert table.holder(name) == "holder-a"
+
+
+class GrpcLeaseTable:
+    """The lease table of a server, as its clients reach it."""
+
+    @pytest.fixture
+    def table(self, lease_server):
+        store = GrpcStore(lease_server.url, timeout=10)
+        yield store.leases()
+        store.close()
+
+    def child_table_code(self, table):
+        code = (
+            "from xlacache.stores.remote import GrpcStore\n"
+            f"table = GrpcStore({table.store.url!r}, timeout=10).leases()"
+        )
+        return code, {}
+
+
+@pytest.fixture(scope="module")
+def memory_lease_server(tmp_path_factory):
+    srv = start_server(tmp_path_factory.mktemp("lease-server"))
+    yield srv
+    srv.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def bucket_lease_server(tmp_path_factory, gcs_emulator):
+    url = f"gs://{gcs_emulator.create_bucket()}/cache"
+    env = {"STORAGE_EMULATOR_HOST": gcs_emulator.url}
+    srv = start_bucket_server(tmp_path_factory.mktemp("bucket-server"), url, env)
+    yield srv
+    srv.stop(signal.SIGKILL)
+
+
+class TestServerLeases(GrpcLeaseTable, LeaseContract):
+    @pytest.fixture
+    def lease_server(self, memory_lease_server):
+        return memory_lease_server
+
+
+class TestBucketServerLeases(GrpcLeaseTable, LeaseContract):
+    skew = DEFAULT_SKEW
+
+    @pytest.fixture
+    def lease_server(self, bucket_lease_server):
+        return bucket_lease_server

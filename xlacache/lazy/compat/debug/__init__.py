@@ -1,0 +1,5 @@
+"""``torch_xla.debug``."""
+
+from . import metrics
+
+__all__ = ["metrics"]

@@ -1,0 +1,5 @@
+"""``torch_xla.utils``."""
+
+from . import utils
+
+__all__ = ["utils"]

@@ -1,0 +1,161 @@
+"""What every RPC goes through: request parsing, auth, a deadline, metrics and statuses.
+
+Handlers get a parsed request and raise xlacache errors; `Gate` turns each into the
+status and reason of `xlacache.protocol.status` (anything else is a server error,
+logged). A request body that does not parse is INVALID_ARGUMENT; nothing a client
+sends takes the daemon down.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import errno
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from xlacache.errors import (
+    CacheError,
+    InvalidKeyError,
+    InvalidRequestError,
+    PermissionDeniedError,
+    RequestCancelledError,
+    ServerError,
+    StoreFullError,
+    UnauthenticatedError,
+)
+from xlacache.key import is_valid_key
+from xlacache.protocol import status
+from xlacache.server.auth import Role, TokenTable
+from xlacache.server.limits import Watchdog
+from xlacache.server.metrics import ServerMetrics
+
+log = logging.getLogger("xlacache.server")
+
+MAX_BATCH_KEYS = 10_000
+UNAUTHENTICATED = "(unauthenticated)"  # the client name of calls refused at the door
+
+Handler = Callable[..., object]
+_client: contextvars.ContextVar[str] = contextvars.ContextVar("client", default=UNAUTHENTICATED)
+
+
+def current_client() -> str:
+    """The name of the token the running call came with (its line in the token file)."""
+    return _client.get()
+
+
+def checked_key(key: str) -> str:
+    """`key` if it is a well-formed cache key; else InvalidKeyError (INVALID_ARGUMENT)."""
+    if not is_valid_key(key):
+        shown = key if len(key) <= 80 else key[:77] + "..."
+        raise InvalidKeyError(f"malformed key {shown!r}: expected 64 lowercase hex characters")
+    return key
+
+
+def checked_batch(keys) -> list[str]:
+    if len(keys) > MAX_BATCH_KEYS:
+        raise InvalidRequestError(f"at most {MAX_BATCH_KEYS} keys per call")
+    return [checked_key(k) for k in keys]
+
+
+def _parse(request_type, data: bytes, method: str):
+    if request_type is None:
+        return data
+    try:
+        return request_type.FromString(data)
+    except (DecodeError, ValueError) as exc:
+        raise InvalidRequestError(f"malformed {method} request: {exc}") from None
+
+
+def as_cache_error(exc: BaseException, method: str) -> CacheError:
+    """The error a failure reaches the client as (statuses come from its type)."""
+    if isinstance(exc, CacheError):
+        return exc
+    if isinstance(exc, grpc.RpcError):  # the client went away mid-stream
+        return RequestCancelledError("client went away")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StoreFullError("server disk full")
+    log.exception("%s failed", method, exc_info=exc)
+    return ServerError(f"{method} failed on the server: {exc}")
+
+
+class Gate:
+    """Wraps handlers into gRPC method implementations with the shared plumbing."""
+
+    def __init__(
+        self,
+        tokens: TokenTable,
+        metrics: ServerMetrics,
+        watchdog: Watchdog,
+        request_timeout: float,
+    ) -> None:
+        self.tokens = tokens
+        self.metrics = metrics
+        self.watchdog = watchdog
+        self.request_timeout = request_timeout
+
+    def unary(self, method: str, role: Role, request_type, handler: Handler):
+        """A unary-response method: (request bytes or iterator, context) -> response."""
+
+        def call(request, context):
+            started = self.metrics.started_rpc()
+            ticket = None
+            error: BaseException | None = None
+            try:
+                ticket = self._admit(role, context)
+                return handler(_parse(request_type, request, method), context)
+            except Exception as exc:  # noqa: BLE001 - every failure becomes a status
+                error = as_cache_error(exc, method)
+                status.abort(context, error)
+            finally:
+                self._finish(method, context, started, ticket, error)
+                _client.set(UNAUTHENTICATED)
+
+        return call
+
+    def stream(self, method: str, role: Role, request_type, handler: Handler):
+        """A response-streaming method: (request bytes, context) -> iterator of messages."""
+
+        def call(request, context) -> Iterator:
+            started = self.metrics.started_rpc()
+            ticket = None
+            client = None
+            error: BaseException | None = None
+            try:
+                ticket = self._admit(role, context)
+                client = _client.get()  # a generator's frame may resume in another context
+                yield from handler(_parse(request_type, request, method), context)
+            except GeneratorExit:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                error = as_cache_error(exc, method)
+                status.abort(context, error)
+            finally:
+                self._finish(method, context, started, ticket, error, client)
+
+        return call
+
+    def _admit(self, role: Role, context) -> int:
+        _client.set(UNAUTHENTICATED)
+        try:
+            principal = self.tokens.authenticate(context.invocation_metadata())
+            _client.set(principal.name)
+            self.tokens.permit(principal, role)
+        except (UnauthenticatedError, PermissionDeniedError):
+            self.metrics.rejected.labels("auth").inc()
+            raise
+        return self.watchdog.schedule(self.request_timeout, context.cancel)
+
+    def _finish(self, method, context, started, ticket, error, client=None) -> None:
+        if ticket is not None:
+            self.watchdog.cancel(ticket)
+        if error is not None:
+            code = status.status_of(error)[0]
+        else:
+            code = grpc.StatusCode.OK if context.is_active() else grpc.StatusCode.CANCELLED
+        self.metrics.finished_rpc(
+            method, code.name, time.perf_counter() - started, client or _client.get()
+        )

@@ -1,0 +1,107 @@
+"""Leases as objects in a bucket: what clients of one bucket, and server replicas over it,
+agree on (see `stores/leases.py` for the protocol every backend follows).
+
+A lease is the object ``PREFIX/leases/<key>`` holding ``{"holder", "expires", "ttl"}``
+(expires: the holder's Unix clock). It is
+
+- acquired by creating the object with ifGenerationMatch=0 (GCS lets one creator win);
+- renewed by the holder, rewriting it with ifGenerationMatch=<the generation it read>;
+- taken over, once ``expires`` has passed (plus `skew` for clocks that disagree), by
+  rewriting it with ifGenerationMatch=<the stale generation>: of several waiters that
+  try at once, one wins and the others see a live lease again;
+- released by deleting that generation.
+
+Every call goes through `GCSObjects` (a deadline, retries, the breaker). A write whose
+answer was lost may be retried into "precondition failed" though it landed: the
+holder id in the object tells whose write it was, so a holder recognizes its own.
+Nothing here is stateful: any replica can renew or release a lease another granted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from xlacache.stores.gcs_objects import GCSObjects
+from xlacache.stores.leases import Grant, LeaseTable, check_name, clamp_ttl
+
+LEASES = "leases/"
+DEFAULT_SKEW = 2.0  # seconds of clock disagreement tolerated before a lease counts as expired
+
+
+class GCSLeases(LeaseTable):
+    """Lease objects under ``leases/`` of a GCSObjects root."""
+
+    def __init__(self, objects: GCSObjects, timeout: float = 10.0, skew: float = DEFAULT_SKEW):
+        self.objects = objects
+        self.timeout = timeout
+        self.skew = skew
+
+    def acquire(self, name: str, holder: str, ttl: float) -> Grant:
+        obj = self._object(name)
+        body = self._body(holder, ttl)
+        for _ in range(2):  # a lease released between our create and our read: once more
+            if self.objects.create(obj, body, deadline=self.timeout) is not None:
+                return Grant(True, holder=holder)
+            found = self.objects.read(obj, deadline=self.timeout)
+            if found is None:
+                continue
+            data, info = found
+            record = _record(data)
+            current = record.get("holder", "")
+            if current != holder and not self._expired(record):
+                return Grant(False, holder=current)
+            rewritten = self.objects.replace(obj, body, info.generation, deadline=self.timeout)
+            if rewritten is None:  # another waiter took it over first
+                return Grant(False, holder=self.holder(name) or "")
+            return Grant(True, taken_over=current != holder, holder=holder)
+        return Grant(False)
+
+    def renew(self, name: str, holder: str, ttl: float) -> bool:
+        obj = self._object(name)
+        found = self.objects.read(obj, deadline=self.timeout)
+        if found is None or _record(found[0]).get("holder") != holder:
+            return False
+        body = self._body(holder, ttl)
+        if self.objects.replace(obj, body, found[1].generation, deadline=self.timeout):
+            return True
+        again = self.objects.read(obj, deadline=self.timeout)  # our own write, answered late?
+        return again is not None and _record(again[0]).get("holder") == holder
+
+    def release(self, name: str, holder: str) -> None:
+        obj = self._object(name)
+        found = self.objects.read(obj, deadline=self.timeout)
+        if found is not None and _record(found[0]).get("holder") == holder:
+            self.objects.delete(obj, generation=found[1].generation, deadline=self.timeout)
+
+    def holder(self, name: str) -> str | None:
+        found = self.objects.read(self._object(name), deadline=self.timeout)
+        if found is None:
+            return None
+        record = _record(found[0])
+        return None if self._expired(record) else record.get("holder") or "unknown"
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _object(self, name: str) -> str:
+        return LEASES + check_name(name)
+
+    def _body(self, holder: str, ttl: float) -> bytes:
+        ttl = clamp_ttl(ttl)
+        record = {"holder": holder, "expires": time.time() + ttl, "ttl": ttl}
+        return json.dumps(record).encode()
+
+    def _expired(self, record: dict) -> bool:
+        try:
+            expires = float(record["expires"])
+        except (KeyError, TypeError, ValueError):
+            return True  # an unreadable lease object protects nothing
+        return time.time() > expires + self.skew
+
+
+def _record(data: bytes) -> dict:
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
