@@ -14,6 +14,7 @@ eagerly on CPU and on the lazy device, and compares with ``torch.testing.assert_
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -75,10 +76,13 @@ class Outcome:
     status: str
     detail: str = ""
     samples: int = 0
+    # the status the op's first sample alone gives (what a run with one sample per op sees)
+    first: str = ""
+    first_s: float = 0.0  # seconds the first sample took (eager and device)
 
 
-def _samples(op: Any, mode: str) -> Iterator[Any]:
-    dtype, backward, n = MODES[mode]
+def _samples(op: Any, mode: str, n: int) -> Iterator[Any]:
+    dtype, backward, _ = MODES[mode]
     torch.manual_seed(0)
     return islice(op.sample_inputs("cpu", dtype, requires_grad=backward), n)
 
@@ -173,7 +177,6 @@ TIES = {
     "kthvalue": 1,
     "median": 0,
     "nanmedian": 0,
-    "mode": 0,
 }
 
 
@@ -272,24 +275,32 @@ def _eager(op: Any, base: tuple, backward: bool, out_fn: Any) -> Any:
     return results[0]
 
 
-def check_op(op: Any, mode: str) -> Outcome:
-    """Run ``op``'s samples for ``mode`` on CPU and on the device and classify the result."""
+def check_op(op: Any, mode: str, samples: int | None = None) -> Outcome:
+    """Run ``op``'s first samples for ``mode`` (``samples``, default the mode's) on CPU and on
+    the device and classify the result."""
     with warnings.catch_warnings():  # deprecations, CPU-fallback notices
         warnings.simplefilter("ignore")
-        return _check(op, mode)
+        t0 = time.perf_counter()
+        out = _check(op, mode, samples)
+    if not out.first:
+        out.first, out.first_s = out.status, time.perf_counter() - t0
+    return out
 
 
-def _check(op: Any, mode: str) -> Outcome:
-    _, backward, _ = MODES[mode]
+def _check(op: Any, mode: str, n: int | None) -> Outcome:
+    _, backward, default = MODES[mode]
     if op.name in UNINITIALIZED:
         return Outcome("skip", "uninitialized output")
     try:
-        samples = list(_samples(op, mode))
+        samples = list(_samples(op, mode, default if n is None else n))
     except Exception as e:  # noqa: BLE001 - the op's own sample generator
         return Outcome("skip", f"no samples: {type(e).__name__}: {e}")
-    worst, used = "native", 0
+    worst, used, first, t0, first_s = "native", 0, "", time.perf_counter(), 0.0
     fell: set[str] = set()
-    for s in samples:
+    for i, s in enumerate(samples):
+        if i == 1:
+            first = worst if used else "skip"
+            first_s = time.perf_counter() - t0
         base = (s.input, s.args, s.kwargs)
         try:
             expected = _eager(op, base, backward, s.output_process_fn_grad)
@@ -300,7 +311,7 @@ def _check(op: Any, mode: str) -> Outcome:
         try:
             actual = _host(_run(op, _device_sample(op, base), backward, s.output_process_fn_grad))
         except Exception as e:  # noqa: BLE001 - classified, not raised
-            return Outcome("error", f"{type(e).__name__}: {str(e)[:300]}", used)
+            return Outcome("error", f"{type(e).__name__}: {str(e)[:300]}", used, first, first_s)
         finally:
             xl.sync()
         if op.name in GAUGE:
@@ -314,14 +325,14 @@ def _check(op: Any, mode: str) -> Outcome:
                 except AssertionError:
                     as_accurate(op, s, backward, actual, expected)
         except AssertionError as e:
-            return Outcome("wrong", f"{s.summary()}: {e}", used)
+            return Outcome("wrong", f"{s.summary()}: {e}", used, first, first_s)
         except Exception as e:  # noqa: BLE001 - a result the comparison cannot read
-            return Outcome("error", f"comparing: {type(e).__name__}: {e}", used)
+            return Outcome("error", f"comparing: {type(e).__name__}: {e}", used, first, first_s)
         after = _fallbacks()
         ran = sorted(n for n, v in after.items() if v > before.get(n, 0))
         if ran:
             worst = "fallback"
             fell.update(ran)
     if not used:
-        return Outcome("skip", "eager runs no sample")
-    return Outcome(worst, " ".join(sorted(fell)), used)
+        return Outcome("skip", "eager runs no sample", 0, first, first_s)
+    return Outcome(worst, " ".join(sorted(fell)), used, first, first_s)

@@ -195,30 +195,6 @@ reg(aten.logcumsumexp.default)(
 )
 
 
-@reg(aten.mode.default)
-def _mode(x: Any, dim: int = -1, keepdim: bool = False) -> tuple[Any, Any]:
-    """The most frequent value (the smallest of equally frequent ones) and an index of it."""
-    ax = norm_dim(dim, x.ndim)
-    xm = jnp.moveaxis(x, ax, -1)
-    batch, n = xm.shape[:-1], xm.shape[-1]
-    flat = xm.reshape(-1, n)
-
-    def one(row: Any) -> tuple[Any, Any]:
-        order = jnp.argsort(row, stable=True)
-        srt = row[order]
-        start = jnp.concatenate([jnp.ones((1,), bool), srt[1:] != srt[:-1]])
-        run = jnp.cumsum(start) - 1
-        counts = jnp.zeros((n,), jnp.int32).at[run].add(1)
-        best = jnp.argmax(counts[run])  # first position of the first longest run
-        return srt[best], order[best]
-
-    val, idx = jax.vmap(one)(flat)
-    val, idx = val.reshape(batch), idx.reshape(batch)
-    if keepdim:
-        val, idx = jnp.expand_dims(val, ax), jnp.expand_dims(idx, ax)
-    return val, idx
-
-
 scalar_as_vector(
     aten.sum.dim_IntList,
     aten.mean.dim,
@@ -249,5 +225,4 @@ scalar_as_vector(
     aten.cummax.default,
     aten.cummin.default,
     aten.logcumsumexp.default,
-    aten.mode.default,
 )
