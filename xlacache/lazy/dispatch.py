@@ -85,8 +85,8 @@ def _route(func: Any) -> tuple[Any, str, Any]:
     h = SPECIAL.get(func)
     if h is not None:
         r = (func, _SPECIAL, h)
-    elif func in LOWERINGS and func not in _MAYBE_DYNAMIC and func not in CPU_AUTOCAST_OPS:
-        r = (func, _RECORD, None)  # (the ops CPU autocast would cast go the slow way: warned)
+    elif func in LOWERINGS and func not in _MAYBE_DYNAMIC:
+        r = (func, _RECORD, None)
     else:
         f = functional_of(func) if is_inplace(func) else None
         plain = f is not None and f not in SPECIAL and f not in _MAYBE_DYNAMIC and f in LOWERINGS
