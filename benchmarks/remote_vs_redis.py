@@ -9,10 +9,13 @@ connection. A PUT writes a distinct key; a GET reads one of the stored keys. Pri
 throughput (GiB/s of entry bytes), p50 and p99 latency per operation, and writes JSON.
 
 The two do not promise the same thing. xlacache runs with its default settings: every
-PUT is verified (SHA-256), written to a temp file, fsynced, renamed into place and its
-directory fsynced before it is acknowledged. Redis runs in memory with no persistence
-at all (`--save "" --appendonly no`) unless --redis-aof asks for an append-only file
-fsynced on every write (`--appendonly yes --appendfsync always`).
+PUT is verified (SHA-256 of the body against the declared digest, header checks),
+written to a temp file, renamed into place and indexed before it is acknowledged; with
+the default `--fsync off` the kernel writes it to disk within ~30 s (pass
+`--server-arg=--fsync=always` to fsync every PUT first). Every GET is verified by the
+client. Redis runs in memory with no persistence at all (`--save "" --appendonly no`)
+unless --redis-aof asks for an append-only file fsynced on every write
+(`--appendonly yes --appendfsync always`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,10 @@ from xlacache import entry  # noqa: E402
 from xlacache.stores.remote import GrpcStore  # noqa: E402
 
 MiB = 1024 * 1024
+# Seconds a client waits to connect and for a first reply (GrpcStore's default is 5 s:
+# on a shared, overloaded machine 32 fresh connections may take longer; Redis's clients
+# get socket_timeout=600).
+CONNECT_TIMEOUT = 60.0
 
 
 @dataclass
@@ -179,13 +186,13 @@ def ops_for(size: int, clients: int, budget_mib: int) -> int:
 def bench_xlacache(port, size, clients, budget_mib, results) -> None:
     ops = ops_for(size, clients, budget_mib)
     url = f"grpc://127.0.0.1:{port}"
-    admin = GrpcStore(url)
+    admin = GrpcStore(url, timeout=CONNECT_TIMEOUT)
     pool = make_entries(size, ops, f"x{clients}")
     for key, _ in pool:
         admin.delete(key)
 
     def put_op(index):
-        store = GrpcStore(url, transfer_timeout=600, min_rate=MiB)
+        store = GrpcStore(url, timeout=CONNECT_TIMEOUT, transfer_timeout=600, min_rate=MiB)
         return lambda i: store.put(*pool[i])
 
     seconds, lat, errors = run_clients(clients, ops, put_op)
@@ -193,7 +200,7 @@ def bench_xlacache(port, size, clients, budget_mib, results) -> None:
     print_row(results[-1])
 
     def get_op(index):
-        store = GrpcStore(url, transfer_timeout=600, min_rate=MiB)
+        store = GrpcStore(url, timeout=CONNECT_TIMEOUT, transfer_timeout=600, min_rate=MiB)
 
         def op(i):
             if store.get(pool[i % len(pool)][0]) is None:
@@ -285,6 +292,8 @@ def main() -> int:
             if "xlacache" in backends:
                 proc, xla_port = start_xlacache(tmp, args.server_arg)
                 procs.append(proc)
+            load_before = os.getloadavg()
+            print(f"load average (1/5/15 min) at start: {load_before} on {os.cpu_count()} CPUs")
             print(f"xlacache serve flags: {' '.join(args.server_arg) or '(defaults)'}")
             print(f"redis-server persistence: {shlex.join(redis_persistence(args.redis_aof))}")
             print(HEADER)
@@ -301,7 +310,11 @@ def main() -> int:
                     proc.wait(60)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+    load_after = os.getloadavg()
+    print(f"load average (1/5/15 min) at end: {load_after}")
     meta = {
+        "load_before": load_before,
+        "load_after": load_after,
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "time": time.time(),

@@ -28,8 +28,14 @@ def init(key, layers: int, d: int, vocab: int, seq: int) -> dict:
         "embed": dense(vocab, d),
         "pos": jnp.zeros((seq, d)),
         "blocks": [
-            {"qkv": dense(d, 3 * d), "out": dense(d, d), "up": dense(d, 4 * d),
-             "down": dense(4 * d, d), "ln1": jnp.ones(d), "ln2": jnp.ones(d)}
+            {
+                "qkv": dense(d, 3 * d),
+                "out": dense(d, d),
+                "up": dense(d, 4 * d),
+                "down": dense(4 * d, d),
+                "ln1": jnp.ones(d),
+                "ln2": jnp.ones(d),
+            }
             for _ in range(layers)
         ],  # fmt: skip
     }

@@ -33,10 +33,12 @@ LAYERS = {
     "server": 4,
     "jax_bridge": 5,
     "api": 6,
-    "__init__": 7,  # `import xlacache`: the public API
-    "lazy": 8,
-    "cli": 8,
-    "__main__": 9,
+    "jax_programs": 6,
+    "executables": 7,
+    "__init__": 8,  # `import xlacache`: the public API
+    "lazy": 9,
+    "cli": 9,
+    "__main__": 10,
 }
 
 

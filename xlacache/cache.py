@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, TypeVar
 from xlacache import counters, entry
 from xlacache.errors import CacheError, CorruptEntryError, kind_of
 from xlacache.key import is_valid_key
+from xlacache.stores import leases
 from xlacache.stores.base import Store
-from xlacache.stores.leases import DEFAULT_TTL, Backoff, HeldLease, LeaseTable, new_holder
+from xlacache.stores.leases import DEFAULT_TTL, HeldLease, LeaseTable, new_holder
 
 if TYPE_CHECKING:
     from xlacache.explain import Explainer
@@ -267,7 +268,7 @@ class CompilationCache:
         holder = new_holder()
         grace = flight.writer_grace if self.readonly and self.store.exists() else 0.0
         start = time.monotonic()
-        backoff = Backoff()
+        polls = 0
         seen_holder = False
         waited = False
         while True:
@@ -291,7 +292,8 @@ class CompilationCache:
                 counters.add("wait_timeouts")
                 counters.record_error("wait_timeout", f"waited {now - start:.0f} s for {key}")
                 return self._end_wait(table, key, start, waited, _MISS), None
-            time.sleep(min(backoff.next(), flight.max_wait - (now - start)))
+            time.sleep(min(leases.WAIT_BACKOFF.delay(polls), flight.max_wait - (now - start)))
+            polls += 1
             waited = True
             found = self._load(key, load)
             if found is not _MISS:  # loaded; or failed, and counted: compile

@@ -178,6 +178,8 @@ def header_from_fields(values: object) -> Header:
         if not holds(header):
             raise CorruptEntryError(f"entry header breaks {rule}")
     return header
+
+
 # Alias entries (xlacache.executables) hold a small JSON record naming another entry's key;
 # they are marked in the context (what `is_alias` checks) and in the label (what listings see).
 ALIAS_CONTEXT = {"kind": "alias"}

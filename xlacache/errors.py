@@ -83,6 +83,10 @@ class ServerBusyError(StoreUnavailableError):
     """The remote store is out of room for this request now (uploads in progress)."""
 
 
+class RateLimitedError(ServerBusyError):
+    """The remote store refused the call: this caller made too many of its kind lately."""
+
+
 class StoreFullError(StoreUnavailableError):
     """The remote store's disk is full."""
 

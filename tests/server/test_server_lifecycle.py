@@ -15,7 +15,8 @@ from srvutil import make_entry, start_server
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import CacheError
 from xlacache.stores.local import LocalStore
-from xlacache.stores.remote import CircuitBreaker, GrpcStore
+from xlacache.stores.remote import GrpcStore
+from xlacache.stores.resilience import CircuitBreaker
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -11,7 +11,8 @@ from srvutil import READ_TOKEN, WRITE_TOKEN, make_entry
 
 from xlacache import counters
 from xlacache.stores.local import LocalStore
-from xlacache.stores.remote import CircuitBreaker, GrpcStore
+from xlacache.stores.remote import GrpcStore
+from xlacache.stores.resilience import CircuitBreaker
 from xlacache.stores.tiered import TieredStore
 
 pytestmark = pytest.mark.timeout(120)

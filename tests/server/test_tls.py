@@ -10,7 +10,7 @@ from srvutil import make_entry, start_server
 
 from xlacache.errors import StoreUnavailableError
 from xlacache.stores import open_store
-from xlacache.stores.remote import CircuitBreaker
+from xlacache.stores.resilience import CircuitBreaker
 
 pytestmark = [
     pytest.mark.timeout(120),

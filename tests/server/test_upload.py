@@ -13,10 +13,11 @@ import pytest
 from srvutil import make_entry, start_server
 
 from xlacache import entry
-from xlacache.errors import CorruptEntryError
+from xlacache.errors import ConfigError, CorruptEntryError
 from xlacache.protocol import wire
 from xlacache.server import diskio
 from xlacache.server.config import load_config
+from xlacache.stores import durability
 from xlacache.stores.local import STALE_TEMP_SECONDS, LocalStore
 from xlacache.stores.remote import GrpcStore
 
@@ -137,6 +138,79 @@ def test_fsync_off_stores_the_same_without_fsync(tmp_path, monkeypatch):
     assert len(calls) == 2  # the file and its directory
 
 
+def test_background_fsync_syncs_after_the_write_returns(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
+    store = LocalStore(tmp_path / "s", fsync="background")
+    store.files._syncer.interval = 3600.0  # no batch before close: deterministic
+    keys = []
+    for n in range(3):
+        key, blob = make_entry(f"bg-{n}", 5000)
+        store.put(key, blob)
+        keys.append(key)
+        assert store.get(key) == blob  # readable at once, before any fsync
+    assert synced == []
+    store.close()  # syncs what is pending: each entry, then each directory once
+    paths = [str(store.entry_path(k)) for k in keys]
+    dirs = list(dict.fromkeys(str(store.entry_path(k).parent) for k in keys))
+    assert synced == paths + dirs
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    with LocalStore(tmp_path / "s", fsync="background") as again:
+        assert again.verify().corrupt == [] and again.summary().entries == 3
+
+
+def test_fsync_off_syncs_only_on_request_and_only_recent_entries(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")))
+    store = LocalStore(tmp_path / "s", fsync="off")
+    old_key, old = make_entry("old", 5000)
+    store.put(old_key, old)
+    pending = store.files._syncer._pending
+    pending[store.entry_path(old_key)] -= durability.RECENT_SECONDS  # the kernel's by now
+    key, blob = make_entry("recent", 5000)
+    store.put(key, blob)
+    assert synced == [] and store.get(key) == blob
+    assert store.sync() == 1
+    assert synced == [str(store.entry_path(key)), str(store.entry_path(key).parent)]
+    assert store.sync() == 0
+    store.close()
+    assert len(synced) == 2  # closing syncs nothing with fsync off
+
+
+def test_an_entry_torn_by_a_machine_crash_is_a_miss_never_a_wrong_answer(tmp_path):
+    """What fsync off risks: after a power loss an entry may be zero-filled or cut short.
+    Reads find it (header, length, body SHA-256), it is removed, and the next put heals."""
+    srv = start_server(tmp_path)
+    try:
+        store = GrpcStore(srv.url)
+        zeroed_key, zeroed = make_entry("zeroed", 300_000)
+        cut_key, cut = make_entry("cut", 300_000)
+        store.put(zeroed_key, zeroed)
+        store.put(cut_key, cut)
+    finally:
+        srv.stop(signal.SIGKILL)
+    local = LocalStore(srv.store, readonly=True)
+    path = local.entry_path(zeroed_key)
+    torn = bytearray(path.read_bytes())
+    torn[-100_000:] = bytes(100_000)  # the body's tail never reached the disk
+    path.write_bytes(torn)
+    cut_path = local.entry_path(cut_key)
+    cut_path.write_bytes(cut_path.read_bytes()[:150_000])
+    srv = start_server(tmp_path, store=srv.store)
+    try:
+        store = GrpcStore(srv.url)
+        with pytest.raises(CorruptEntryError):
+            store.get(zeroed_key)  # the client's check; it reports, the server confirms
+        assert store.get(cut_key) is None  # the server's own length check: a miss
+        assert not store.contains(zeroed_key) and not store.contains(cut_key)
+        assert {i.key for i in store.list()} == set()
+        store.put(zeroed_key, zeroed)
+        assert store.get(zeroed_key) == zeroed
+    finally:
+        srv.stop()
+
+
 def test_stale_temp_files_are_removed_at_startup(tmp_path):
     store = LocalStore(tmp_path / "s")
     old, fresh = store.tmp_dir / "old.tmp", store.tmp_dir / "fresh.tmp"
@@ -152,14 +226,20 @@ def test_stale_temp_files_are_removed_at_startup(tmp_path):
 
 
 def test_settings_for_fsync_and_direct_io():
-    assert load_config({"store": "/s"}, env={}).fsync
+    assert load_config({"store": "/s"}, env={}).fsync == "off"
     assert not load_config({"store": "/s"}, env={}).direct_io
     c = load_config({"store": "/s"}, env={"XLACACHE_SERVE_FSYNC": "0"})
-    assert not c.fsync and not c.direct_io
+    assert c.fsync == "off" and not c.direct_io
+    assert load_config({"store": "/s"}, env={"XLACACHE_SERVE_FSYNC": "true"}).fsync == "always"
+    assert load_config({"store": "/s", "fsync": "Always"}, env={}).fsync == "always"
+    with pytest.raises(ConfigError):
+        load_config({"store": "/s", "fsync": "sometimes"}, env={})
     assert load_config({"store": "/s", "direct_io": "yes"}, env={}).direct_io
 
 
-@pytest.mark.parametrize("flags", [[], ["--no-fsync"], ["--direct-io"]])
+@pytest.mark.parametrize(
+    "flags", [[], ["--no-fsync"], ["--fsync", "always"], ["--fsync", "off", "--direct-io"]]
+)
 def test_round_trip_with_each_write_mode(tmp_path, flags):
     srv = start_server(tmp_path, *flags)
     try:
@@ -170,10 +250,11 @@ def test_round_trip_with_each_write_mode(tmp_path, flags):
             assert store.get(key) == blob
         local = LocalStore(srv.store, readonly=True)
         assert local.verify().corrupt == [] and list(local.tmp_dir.iterdir()) == []
-        if "--no-fsync" in flags:
-            assert "fsync off" in srv.log_text()
     finally:
-        srv.stop()
+        assert srv.stop() == 0
+    if "always" not in flags:  # off (the default): a graceful stop syncs recent entries
+        assert "fsync off: the kernel writes entries back" in srv.log_text()
+        assert "synced 3 recently stored entries" in srv.log_text()
 
 
 def _upload(server, key, blob, step, after, pause=None, fail=False):

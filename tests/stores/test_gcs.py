@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -18,10 +20,14 @@ from xlacache import counters, entry
 from xlacache.errors import (
     ConfigError,
     CorruptEntryError,
+    InvalidRequestError,
     NotACacheError,
     PermissionDeniedError,
     ReadOnlyError,
+    ServerBusyError,
+    ServerError,
     StoreUnavailableError,
+    UnauthenticatedError,
 )
 from xlacache.stores import open_store
 from xlacache.stores.base import PrunePolicy
@@ -201,6 +207,32 @@ def test_forbidden_is_a_permission_error_and_a_tier_stops_uploading(gcs, tmp_pat
         assert tier.flush(30)
     assert counters.snapshot()["uploads"] == 0
     assert len(uploads(gcs.proxy)) == 2  # the store's, then the tier's first: it stopped after that
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [
+        (400, InvalidRequestError),
+        (401, UnauthenticatedError),
+        (403, PermissionDeniedError),
+        (429, ServerBusyError),
+        (503, ServerError),
+    ],
+)
+def test_failures_are_typed_by_http_status_not_message_text(gcs, status, error):
+    objects = GCSObjects(gcs.url(), retry=RetryPolicy(attempts=2, initial=0.01, maximum=0.01))
+    gcs.proxy.fail(status, times=10, method="GET")  # the body's message says nothing useful
+    with pytest.raises(error) as caught:
+        objects.stat("some-object")
+    assert f"HTTP {status}" in str(caught.value)
+
+
+def test_gcs_users_do_not_import_the_grpc_client():
+    code = "import sys, xlacache.stores.gcs; print(*sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = out.stdout.split()
+    assert "xlacache.stores.resilience" in loaded
+    assert not [m for m in loaded if m.startswith(("xlacache.stores.remote", "xlacache.protocol"))]
 
 
 def test_listing_may_lag_but_get_finds_a_fresh_entry(gcs):

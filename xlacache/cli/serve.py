@@ -75,22 +75,37 @@ def serve_command(
         typer.Option("--allow-open", help="Serve without tokens on a non-loopback address."),
     ] = None,
     workers: Annotated[
-        int | None, typer.Option("--workers", help="RPC threads (default 48).")
+        int | None,
+        typer.Option(
+            "--workers",
+            help="Cache RPCs served at once, a thread each; more are refused at once "
+            "with RESOURCE_EXHAUSTED (default 128). Health checks have threads of their own.",
+        ),
     ] = None,
     max_streams: Annotated[
         int | None,
         typer.Option(
-            "--max-streams", help="Concurrent RPCs before RESOURCE_EXHAUSTED (default 256)."
+            "--max-streams",
+            help="RPCs of any service in flight, queued included, before gRPC itself "
+            "refuses them (default 256; more than --workers).",
         ),
     ] = None,
     upload_memory: Annotated[
         str | None,
         typer.Option(
-            "--upload-memory", help="Bytes of uploads in progress at once (default 4GiB)."
+            "--upload-memory",
+            help="Bytes received by uploads in progress at once; more wait (default 4GiB).",
         ),
     ] = None,
     request_timeout: Annotated[
         str | None, typer.Option("--request-timeout", help="Longest one RPC may run (default 10m).")
+    ] = None,
+    idle_timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--idle-timeout",
+            help="Cancel a Get or Put that moves no message for this long (default 20s; 0: never).",
+        ),
     ] = None,
     shutdown_grace: Annotated[
         str | None,
@@ -104,12 +119,17 @@ def serve_command(
         ),
     ] = None,
     fsync: Annotated[
-        bool | None,
+        str | None,
         typer.Option(
-            "--fsync/--no-fsync",
-            help="fsync each entry and its directory before acknowledging it (default on). "
-            "Off, a power loss may lose recent entries; reads still verify every entry.",
+            "--fsync",
+            help="When stored entries reach the disk: 'always' (fsync before acknowledging), "
+            "'background' (fsynced within a second) or 'off' (default: the kernel writes "
+            "back within ~30 s; a graceful stop syncs). Reads verify every entry: a machine "
+            "crash costs recent entries, never bad data.",
         ),
+    ] = None,
+    no_fsync: Annotated[
+        bool | None, typer.Option("--no-fsync", hidden=True, help="Same as --fsync off.")
     ] = None,
     direct_io: Annotated[
         bool | None,
@@ -143,6 +163,9 @@ def serve_command(
     given = dict(locals())
     from xlacache.server.config import load_config
 
+    if given.pop("no_fsync"):
+        given["fsync"] = "off"
+
     config_file = given.pop("config")
     try:
         settings = load_config(
@@ -153,10 +176,10 @@ def serve_command(
 
         configure_logging(settings.log_level)
         server = CacheServer(settings)
+        server.serve_forever()
     except (CacheError, OSError, ValueError) as exc:
         typer.echo(f"xlacache serve: error: {exc}", err=True)
         raise typer.Exit(2) from None
-    server.serve_forever()
 
 
 def register(app: typer.Typer) -> None:

@@ -52,6 +52,8 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
         r = _route(func)
     kind = r[1]
     if kind is _RECORD:
+        if r[2]:
+            warn_cpu_autocast()
         try:
             return record(func, args, kwargs)
         except UnencodableAttribute:  # never approximate an attribute: run the op on CPU
@@ -86,10 +88,11 @@ def _route(func: Any) -> tuple[Any, str, Any]:
     if h is not None:
         r = (func, _SPECIAL, h)
     elif func in LOWERINGS and func not in _MAYBE_DYNAMIC:
-        r = (func, _RECORD, None)
+        r = (func, _RECORD, func in CPU_AUTOCAST_OPS)  # target: whether to check CPU autocast
     else:
         f = functional_of(func) if is_inplace(func) else None
         plain = f is not None and f not in SPECIAL and f not in _MAYBE_DYNAMIC and f in LOWERINGS
+        plain = plain and f not in CPU_AUTOCAST_OPS  # the slow path warns about CPU autocast
         if plain and not func._schema.name.split("::")[1].startswith("_foreach_"):
             r = (func, _INPLACE, f)
         else:

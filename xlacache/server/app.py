@@ -6,7 +6,6 @@ import logging
 import signal
 import threading
 from concurrent import futures
-from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -14,9 +13,11 @@ from grpc_reflection.v1alpha import reflection
 
 from xlacache._version import __version__
 from xlacache.protocol import SERVICE_NAME
+from xlacache.server import diskio
 from xlacache.server.auth import TokenTable
 from xlacache.server.config import ServerConfig, is_loopback, split_host_port
-from xlacache.server.limits import Watchdog
+from xlacache.server.limits import IdleMonitor, Watchdog
+from xlacache.server.listen import bind_failed, check_bindable, tls_credentials
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.overview import Overview
 from xlacache.server.service import CacheService, method_handlers
@@ -27,6 +28,15 @@ log = logging.getLogger("xlacache.server")
 
 # One chunk plus framing must fit; nothing bigger is ever sent on purpose.
 MESSAGE_SLACK = 64 * 1024
+FSYNC_NOTES = {
+    "always": "each entry reaches the disk before it is acknowledged",
+    "background": "entries reach the disk within a second",
+    "off": "the kernel writes entries back; a machine crash may cost the last ~30 s of "
+    "entries (each a miss: reads verify), a graceful stop syncs them",
+}
+# Threads beyond the `workers` that Cache calls may hold: health checks, reflection and
+# the refusal of calls beyond `workers` always find one.
+SPARE_THREADS = 8
 
 
 class CacheServer:
@@ -35,13 +45,22 @@ class CacheServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = TokenTable.load(config.tokens)
+        # Everything that can refuse to start is checked before anything starts.
+        credentials = tls_credentials(config)
+        check_bindable(config.listen, "gRPC")
+        if config.metrics_listen:
+            check_bindable(config.metrics_listen, "metrics")
         self.store = open_served_store(config)
         # Store gauges describe this server's disk (a bucket is listed by Stats alone).
         self.metrics = ServerMetrics(local_disk(self.store).summary, config.max_size)
         self.watchdog = Watchdog()
-        self.service = CacheService(
-            self.store, config, self.tokens, self.metrics, self.watchdog, lease_table(self.store)
+        self.idle = IdleMonitor(
+            config.idle_timeout, on_idle=self.metrics.rejected.labels("idle").inc
         )
+        self.service = CacheService(
+            self.store, config, self.tokens, self.metrics, self.watchdog,
+            lease_table(self.store), self.idle,
+        )  # fmt: skip
         signers = self.service.transfers.required_signers
         self.overview = Overview(
             local_disk(self.store), config, self.metrics, self.service.misses,
@@ -51,7 +70,9 @@ class CacheServer:
         self.state = "starting"
         max_message = config.chunk_size + MESSAGE_SLACK
         self.grpc_server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="rpc"),
+            futures.ThreadPoolExecutor(
+                max_workers=config.workers + SPARE_THREADS, thread_name_prefix="rpc"
+            ),
             maximum_concurrent_rpcs=config.max_streams,
             options=[
                 ("grpc.max_receive_message_length", max_message),
@@ -66,11 +87,20 @@ class CacheServer:
         reflection.enable_server_reflection(
             (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self.grpc_server
         )
-        self.port = self._bind()
         self.http: StatusServer | None = None
-        if config.metrics_listen:
-            host, port = split_host_port(config.metrics_listen)
-            self.http = StatusServer(host, port, self.metrics.registry, self.status)
+        try:
+            self.port = self._bind(credentials)
+            if config.metrics_listen:
+                host, port = split_host_port(config.metrics_listen)
+                try:
+                    self.http = StatusServer(host, port, self.metrics.registry, self.status)
+                except OSError as exc:
+                    raise bind_failed(config.metrics_listen, "metrics", exc) from None
+        except BaseException:
+            self.watchdog.stop()
+            self.idle.stop()
+            self.store.close()
+            raise
         self._stopped = threading.Event()
         self._reconciler = threading.Thread(
             target=self._reconcile_loop, name="xlacache-reconcile", daemon=True
@@ -81,24 +111,17 @@ class CacheServer:
         host, _ = split_host_port(self.config.listen)
         return f"{host if ':' not in host else f'[{host}]'}:{self.port}"
 
-    def _bind(self) -> int:
+    def _bind(self, credentials: grpc.ServerCredentials | None) -> int:
         address = self.config.listen
-        if self.config.tls_cert:
-            key = Path(self.config.tls_key).read_bytes()
-            cert = Path(self.config.tls_cert).read_bytes()
-            client_ca = (
-                Path(self.config.tls_client_ca).read_bytes() if self.config.tls_client_ca else None
-            )
-            creds = grpc.ssl_server_credentials(
-                [(key, cert)],
-                root_certificates=client_ca,
-                require_client_auth=client_ca is not None,
-            )
-            port = self.grpc_server.add_secure_port(address, creds)
-        else:
-            port = self.grpc_server.add_insecure_port(address)
+        try:
+            if credentials is not None:
+                port = self.grpc_server.add_secure_port(address, credentials)
+            else:
+                port = self.grpc_server.add_insecure_port(address)
+        except RuntimeError:  # grpcio raises on a failed bind (a race with check_bindable)
+            port = 0
         if port == 0:
-            raise OSError(f"cannot listen on {address} (in use, or not an address of this host)")
+            raise bind_failed(address, "gRPC")
         return port
 
     def auth_mode(self) -> str:
@@ -135,6 +158,7 @@ class CacheServer:
                 log.warning("index drift: %d rows added or dropped to match the entries", drift)
 
     def start(self) -> None:
+        diskio.reuse_freed_memory()
         self.grpc_server.start()
         self.overview.history.start()
         if self.http:
@@ -151,8 +175,7 @@ class CacheServer:
         if self.service.transfers.required_signers:
             ids = ", ".join(self.service.transfers.required_signers.key_ids)
             log.info("uploads must be signed by one of: %s", ids)
-        if not self.config.fsync:
-            log.warning("fsync off (--no-fsync): a power loss may lose recently stored entries")
+        log.info("fsync %s: %s", self.config.fsync, FSYNC_NOTES[self.config.fsync])
         if self.tokens.open:
             log.warning(
                 "serving WITHOUT authentication%s",
@@ -174,10 +197,16 @@ class CacheServer:
         self._stopped.set()
         self.watchdog.stop()
         self.overview.history.stop()
+        self.idle.stop()
         if self.http:
             self.http.stop()
         if self._reconciler.is_alive():
             self._reconciler.join()
+        synced = local_disk(
+            self.store
+        ).sync()  # a planned stop loses nothing (see stores.durability)
+        if synced:
+            log.info("synced %d recently stored entries to disk", synced)
         self.store.close()
         self.state = "stopped"
         log.info("stopped")

@@ -1,6 +1,8 @@
 """Bearer tokens and the roles they grant.
 
-Token file: one token a line, `ROLE TOKEN [NAME]`, `#` starts a comment::
+Token file: one token a line, `ROLE TOKEN [NAME]`; a word starting with `#` starts a
+comment. A token may not hold `#`, nor appear twice (both are refused at start-up:
+a file that would not mean what it says)::
 
     read   3f1c...   ci-workers
     write  9ab2...   trainer
@@ -70,24 +72,32 @@ class TokenTable:
     @classmethod
     def parse(cls, text: str, source: str = "token file") -> TokenTable:
         table: dict[str, Principal] = {}
+        lines: dict[str, int] = {}  # token digest -> the line that gave it
         for number, raw in enumerate(text.splitlines(), 1):
-            line = raw.split("#", 1)[0].strip()
-            if not line:
+            words = raw.split()
+            comment = next((i for i, w in enumerate(words) if w.startswith("#")), len(words))
+            words = words[:comment]
+            if not words:
                 continue
-            parts = line.split(None, 2)
-            if len(parts) < 2:
-                raise ConfigError(f"{source}:{number}: expected ROLE TOKEN [NAME]")
-            role = Role.parse(parts[0])
-            token = parts[1]
+            where = f"{source}:{number}"
+            if len(words) < 2:
+                raise ConfigError(f"{where}: expected ROLE TOKEN [NAME]")
+            role = Role.parse(words[0])
+            token = words[1]
+            if "#" in token:
+                raise ConfigError(f"{where}: a token may not contain '#'")
             if token.startswith("sha256:"):
                 digest = token.removeprefix("sha256:").lower()
                 if not is_sha256_hex(digest):
-                    raise ConfigError(f"{source}:{number}: sha256: needs 64 hex digits")
+                    raise ConfigError(f"{where}: sha256: needs 64 hex digits")
             else:
                 if len(token) < 16:
-                    raise ConfigError(f"{source}:{number}: tokens need at least 16 characters")
+                    raise ConfigError(f"{where}: tokens need at least 16 characters")
                 digest = token_digest(token)
-            name = parts[2].strip() if len(parts) > 2 else f"{role.name.lower()}-token-{number}"
+            if digest in lines:
+                raise ConfigError(f"{where}: duplicate of the token on line {lines[digest]}")
+            lines[digest] = number
+            name = " ".join(words[2:]) or f"{role.name.lower()}-token-{number}"
             table[digest] = Principal(name, role)
         if not table:
             raise ConfigError(f"{source} holds no tokens (leave --tokens out to serve open)")

@@ -22,6 +22,7 @@ from xlacache.entry import MAX_ENTRY_SIZE
 from xlacache.errors import ConfigError
 from xlacache.protocol import DEFAULT_PORT
 from xlacache.signing import TrustedKeys, load_trusted_keys
+from xlacache.stores.durability import fsync_mode
 from xlacache.units import parse_duration, parse_size
 
 ENV_PREFIX = SERVE_PREFIX  # XLACACHE_SERVE_<SETTING> for every setting
@@ -44,14 +45,15 @@ class ServerConfig:
     # Key specs (texts or files, comma-separated): uploads must be signed by one of them.
     require_signed_by: str | None = None
     allow_open: bool = False  # serve without tokens on a non-loopback address
-    workers: int = 48  # RPC threads (each running stream holds one)
-    max_streams: int = 256  # concurrent RPCs (running + queued) before RESOURCE_EXHAUSTED
-    upload_memory: int = 4 * 1024**3  # bytes of uploads in progress at once; more wait
+    workers: int = 128  # Cache RPCs running at once, a thread each; more: RESOURCE_EXHAUSTED
+    max_streams: int = 256  # RPCs of any service at once, queued included (gRPC's own cap)
+    upload_memory: int = 4 * 1024**3  # bytes received by uploads in progress; more wait
     request_timeout: float = 600.0  # seconds one RPC may run on the server
+    idle_timeout: float = 20.0  # seconds a Get or Put may go without a message (0: never)
     shutdown_grace: float = 30.0  # seconds in-flight RPCs get after SIGTERM
     reconcile_interval: float = 600.0  # seconds between index/entry-file reconciles (0: off)
     chunk_size: int = 1024 * 1024
-    fsync: bool = True  # fsync entries and their directory (off: a power loss may lose some)
+    fsync: str = "off"  # always | background | off: see xlacache/stores/durability.py
     direct_io: bool = False  # write uploads with O_DIRECT (not cached for readers)
     log_level: str = "INFO"
     sample_interval: float = 30.0  # seconds between the status page's history samples
@@ -89,8 +91,10 @@ class ServerConfig:
             raise ConfigError("sizes and counts must be positive")
         if self.upload_memory < self.max_entry_size:
             raise ConfigError("upload_memory must be at least max_entry_size")
-        if self.max_streams < self.workers:
-            raise ConfigError("max_streams must be at least workers")
+        if self.max_streams <= self.workers:
+            raise ConfigError("max_streams must be more than workers (room for health checks)")
+        if self.idle_timeout < 0:
+            raise ConfigError("idle_timeout must not be negative")
         if self.reconcile_interval < 0:
             raise ConfigError("reconcile_interval must not be negative")
         if self.sample_interval <= 0:
@@ -114,16 +118,18 @@ _CONVERTERS: dict[str, Any] = {
     "upload_memory": parse_size,
     "chunk_size": parse_size,
     "request_timeout": parse_duration,
+    "idle_timeout": parse_duration,
     "shutdown_grace": parse_duration,
     "reconcile_interval": parse_duration,
     "sample_interval": parse_duration,
     "require_signed_by": lambda v: ",".join(split_list(v)),  # a config file may give a list
     "workers": int,
     "max_streams": int,
+    "fsync": fsync_mode,
 }
 
 
-_BOOLEANS = {"allow_open", "fsync", "direct_io"}
+_BOOLEANS = {"allow_open", "direct_io"}
 
 
 def _convert(name: str, value: Any) -> Any:

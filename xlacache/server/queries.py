@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import time
 
-from xlacache import entry
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache._version import __version__
-from xlacache.errors import CorruptEntryError, InvalidRequestError
+from xlacache.errors import CorruptEntryError, InvalidRequestError, ServerBusyError
 from xlacache.key import is_valid_key
 from xlacache.server.config import ServerConfig
+from xlacache.server.limits import Slots
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.rpc import checked_batch, checked_key
 from xlacache.server.storage import ServedStore
@@ -25,6 +25,7 @@ log = logging.getLogger("xlacache.server")
 
 DEFAULT_PAGE = 1000
 MAX_PAGE = 10_000
+MAX_VERIFICATIONS = 2  # ReportCorrupt checks at once (each reads an entry from disk)
 
 
 def _info(info: EntryInfo) -> pb.EntryInfo:
@@ -47,6 +48,7 @@ class Queries:
         self.config = config
         self.metrics = metrics
         self.transfers = transfers  # removes corrupt entries the same way Get does
+        self.verifications = Slots(MAX_VERIFICATIONS)  # ReportCorrupt checks at once
 
     def contains(self, request, context) -> pb.ContainsResponse:
         keys = checked_batch(request.keys)
@@ -98,15 +100,18 @@ class Queries:
         return pb.VerifyResponse(**report.to_dict())
 
     def report_corrupt(self, request, context) -> pb.ReportCorruptResponse:
+        """Check an entry a client found corrupt; remove it if it is. The check streams the
+        file; a few run at once, more are refused (`REPORT_RATE` limits each token)."""
         key = checked_key(request.key)
+        if not self.verifications.try_acquire():
+            self.metrics.rejected.labels("busy").inc()
+            raise ServerBusyError("server busy: checking other reported entries, retry later")
         try:
-            blob = self.store.entry_path(key).read_bytes()
-        except FileNotFoundError:
-            return pb.ReportCorruptResponse(removed=False)
-        try:
-            entry.decode(blob, key)
-            return pb.ReportCorruptResponse(removed=False)  # fine here: damaged in transit
+            self.store.check(key)
+            return pb.ReportCorruptResponse(removed=False)  # absent, or fine here: in transit
         except CorruptEntryError as exc:
             log.warning("client reported %s corrupt; confirmed (%s), removing", key, exc)
             self.transfers.remove_corrupt(key)
             return pb.ReportCorruptResponse(removed=True)
+        finally:
+            self.verifications.release()

@@ -1,9 +1,16 @@
-"""What every RPC goes through: request parsing, auth, a deadline, metrics and statuses.
+"""What every RPC goes through: request parsing, auth, limits, a deadline, metrics and
+statuses.
 
 Handlers get a parsed request and raise xlacache errors; `Gate` turns each into the
 status and reason of `xlacache.protocol.status` (anything else is a server error,
 logged). A request body that does not parse is INVALID_ARGUMENT; nothing a client
 sends takes the daemon down.
+
+Each call holds one of `workers` slots (and its own thread) while it runs; a call
+that finds none free is refused at once with RESOURCE_EXHAUSTED (`server_busy`), never
+queued, so health checks and other clients are answered however many calls stall.
+A stream (Get, Put) that moves no message for `idle_timeout` seconds is cancelled;
+a method with a `Rate` is held to it per token (`rate_limited`).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import errno
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -22,15 +30,17 @@ from xlacache.errors import (
     InvalidKeyError,
     InvalidRequestError,
     PermissionDeniedError,
+    RateLimitedError,
     RequestCancelledError,
+    ServerBusyError,
     ServerError,
     StoreFullError,
     UnauthenticatedError,
 )
 from xlacache.key import is_valid_key
 from xlacache.protocol import status
-from xlacache.server.auth import Role, TokenTable
-from xlacache.server.limits import Watchdog
+from xlacache.server.auth import Principal, Role, TokenTable
+from xlacache.server.limits import IdleMonitor, Progress, RateLimiter, Slots, Watchdog
 from xlacache.server.metrics import ServerMetrics
 
 log = logging.getLogger("xlacache.server")
@@ -91,54 +101,68 @@ class Gate:
         metrics: ServerMetrics,
         watchdog: Watchdog,
         request_timeout: float,
+        workers: int,
+        idle: IdleMonitor,
     ) -> None:
         self.tokens = tokens
         self.metrics = metrics
         self.watchdog = watchdog
         self.request_timeout = request_timeout
+        self.slots = Slots(workers)
+        self.idle = idle
 
-    def unary(self, method: str, role: Role, request_type, handler: Handler):
-        """A unary-response method: (request bytes or iterator, context) -> response."""
+    def unary(self, method: str, role: Role, request_type, handler: Handler, rate=None):
+        """A unary-response method: (request bytes, or an iterator of request messages
+        when request_type is None, and context) -> response."""
+        limiter = RateLimiter(rate) if rate else None
 
         def call(request, context):
             started = self.metrics.started_rpc()
-            ticket = None
+            admitted = None
             error: BaseException | None = None
             try:
-                ticket = self._admit(role, context)
+                streaming = request_type is None  # a stream of requests (Put)
+                admitted = self._admit(role, context, limiter, watch_idle=streaming)
+                if streaming:
+                    request = _touching(request, admitted.progress)
                 return handler(_parse(request_type, request, method), context)
             except Exception as exc:  # noqa: BLE001 - every failure becomes a status
                 error = as_cache_error(exc, method)
                 status.abort(context, error)
             finally:
-                self._finish(method, context, started, ticket, error)
+                self._finish(method, context, started, admitted, error)
                 _client.set(UNAUTHENTICATED)
 
         return call
 
-    def stream(self, method: str, role: Role, request_type, handler: Handler):
+    def stream(self, method: str, role: Role, request_type, handler: Handler, rate=None):
         """A response-streaming method: (request bytes, context) -> iterator of messages."""
+        limiter = RateLimiter(rate) if rate else None
 
         def call(request, context) -> Iterator:
             started = self.metrics.started_rpc()
-            ticket = None
+            admitted = None
             client = None
             error: BaseException | None = None
             try:
-                ticket = self._admit(role, context)
+                admitted = self._admit(role, context, limiter, watch_idle=True)
                 client = _client.get()  # a generator's frame may resume in another context
-                yield from handler(_parse(request_type, request, method), context)
+                progress = admitted.progress
+                for message in handler(_parse(request_type, request, method), context):
+                    progress.touch()
+                    yield message  # returns once gRPC has taken the message
+                    progress.touch()
             except GeneratorExit:
                 raise
             except Exception as exc:  # noqa: BLE001
                 error = as_cache_error(exc, method)
                 status.abort(context, error)
             finally:
-                self._finish(method, context, started, ticket, error, client)
+                self._finish(method, context, started, admitted, error, client)
 
         return call
 
-    def _admit(self, role: Role, context) -> int:
+    def _admit(self, role: Role, context, limiter: RateLimiter | None, watch_idle: bool):
         _client.set(UNAUTHENTICATED)
         try:
             principal = self.tokens.authenticate(context.invocation_metadata())
@@ -147,11 +171,26 @@ class Gate:
         except (UnauthenticatedError, PermissionDeniedError):
             self.metrics.rejected.labels("auth").inc()
             raise
-        return self.watchdog.schedule(self.request_timeout, context.cancel)
+        if limiter is not None and not limiter.allow(principal.name):
+            self.metrics.rejected.labels("rate").inc()
+            raise RateLimitedError(f"too many calls of this kind from {principal.name!r}")
+        if not self.slots.try_acquire():
+            self.metrics.rejected.labels("busy").inc()
+            raise ServerBusyError(f"server busy: {self.slots.capacity} calls running, retry later")
+        return _Admitted(
+            principal,
+            self.watchdog.schedule(self.request_timeout, context.cancel),
+            self.idle.watch(context.cancel) if watch_idle else None,
+        )
 
-    def _finish(self, method, context, started, ticket, error, client=None) -> None:
-        if ticket is not None:
-            self.watchdog.cancel(ticket)
+    def _finish(
+        self, method, context, started, admitted: _Admitted | None, error, client=None
+    ) -> None:
+        if admitted is not None:
+            self.watchdog.cancel(admitted.ticket)
+            if admitted.progress is not None:
+                self.idle.unwatch(admitted.progress)
+            self.slots.release()
         if error is not None:
             code = status.status_of(error)[0]
         else:
@@ -159,3 +198,15 @@ class Gate:
         self.metrics.finished_rpc(
             method, code.name, time.perf_counter() - started, client or _client.get()
         )
+
+
+class _Admitted(NamedTuple):
+    principal: Principal
+    ticket: int  # the request_timeout watchdog's
+    progress: Progress | None  # the idle monitor's, for streams
+
+
+def _touching(messages: Iterator, progress: Progress) -> Iterator:
+    for message in messages:
+        progress.touch()
+        yield message

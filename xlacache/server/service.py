@@ -18,7 +18,7 @@ from xlacache.protocol import SERVICE_NAME
 from xlacache.server.auth import Role, TokenTable
 from xlacache.server.config import ServerConfig
 from xlacache.server.leases import LeaseHandlers
-from xlacache.server.limits import Watchdog
+from xlacache.server.limits import IdleMonitor, Rate, Watchdog
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.misses import MissRing
 from xlacache.server.queries import Queries
@@ -33,6 +33,12 @@ class Method(NamedTuple):
     request: type | None  # None: the handler takes the raw messages (Put)
     handler: str  # "part.method" of CacheService
     kind: str  # "unary", "stream_out" (Get) or "stream_in" (Put)
+    rate: Rate | None = None  # calls per token (RESOURCE_EXHAUSTED, rate_limited, beyond)
+
+
+# A client reports an entry it found corrupt once; a read token may not make the server
+# verify large entries in a loop.
+REPORT_RATE = Rate(per_second=1.0, burst=20)
 
 
 METHODS: dict[str, Method] = {
@@ -42,7 +48,9 @@ METHODS: dict[str, Method] = {
     "Stat": Method(Role.READ, pb.StatRequest, "queries.stat", "unary"),
     "List": Method(Role.READ, pb.ListRequest, "queries.list", "unary"),
     "Stats": Method(Role.READ, pb.StatsRequest, "queries.stats", "unary"),
-    "ReportCorrupt": Method(Role.READ, pb.ReportCorruptRequest, "queries.report_corrupt", "unary"),
+    "ReportCorrupt": Method(
+        Role.READ, pb.ReportCorruptRequest, "queries.report_corrupt", "unary", REPORT_RATE
+    ),
     "Delete": Method(Role.ADMIN, pb.DeleteRequest, "queries.delete", "unary"),
     "Prune": Method(Role.ADMIN, pb.PruneRequest, "queries.prune", "unary"),
     "Verify": Method(Role.ADMIN, pb.VerifyRequest, "queries.verify", "unary"),
@@ -64,9 +72,10 @@ class CacheService:
         metrics: ServerMetrics,
         watchdog: Watchdog,
         leases: LeaseTable,
+        idle: IdleMonitor,
     ) -> None:
         self.store = store
-        self.gate = Gate(tokens, metrics, watchdog, config.request_timeout)
+        self.gate = Gate(tokens, metrics, watchdog, config.request_timeout, config.workers, idle)
         self.transfers = Transfers(store, config, metrics)
         self.queries = Queries(store, config, metrics, self.transfers)
         self.misses = MissRing(store, metrics)
@@ -78,7 +87,7 @@ class CacheService:
         part, attr = method.handler.split(".")
         fn = getattr(getattr(self, part), attr)
         wrap = self.gate.stream if method.kind == "stream_out" else self.gate.unary
-        return wrap(name, method.role, method.request, fn)
+        return wrap(name, method.role, method.request, fn, rate=method.rate)
 
 
 def _serialize(message) -> bytes:

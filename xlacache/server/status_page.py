@@ -9,17 +9,18 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from xlacache.server.httpd import BoundedHTTPServer
 from xlacache.server.status_html import render_html
 
 StatusFn = Callable[[], dict]
 
 
 class StatusServer:
-    """A small threaded HTTP server on its own address."""
+    """A small HTTP server on its own address (threads bounded: `server.httpd`)."""
 
     def __init__(self, host: str, port: int, registry, status: StatusFn) -> None:
         registry_ = registry
@@ -51,8 +52,7 @@ class StatusServer:
             def log_message(self, *args):  # quiet: scrapes every few seconds
                 pass
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = BoundedHTTPServer((host, port), Handler)  # timeouts, bounded threads
         self.port = self.httpd.server_address[1]
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, name="xlacache-http", daemon=True

@@ -28,7 +28,7 @@ from xlacache.errors import (
 from xlacache.protocol import wire
 from xlacache.server import diskio
 from xlacache.server.config import ServerConfig
-from xlacache.server.limits import ByteBudget
+from xlacache.server.limits import ByteBudget, Holder
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.rpc import checked_key
 from xlacache.server.storage import ServedStore
@@ -54,7 +54,8 @@ class Transfers:
         self.store = store
         self.config = config
         self.metrics = metrics
-        self.uploads = ByteBudget(config.upload_memory)  # bytes of uploads in progress
+        # Bytes received by uploads in progress (not what they declare).
+        self.uploads = ByteBudget(config.upload_memory, on_change=metrics.upload_memory.set)
         self.buffers = diskio.BufferPool()
         self.required_signers: TrustedKeys | None = config.trusted_keys()
 
@@ -119,18 +120,15 @@ class Transfers:
         key, size = first.key, first.size
         if self.store.contains(key):
             return pb.PutResponse(stored=False, already_present=True)
-        wait = min(UPLOAD_MEMORY_WAIT, context.time_remaining() or UPLOAD_MEMORY_WAIT)
-        if not self.uploads.acquire(size, wait):
-            self.metrics.rejected.labels("busy").inc()
-            raise ServerBusyError("server busy: too many uploads, retry later")
-        self.metrics.upload_memory.set(self.uploads.used)
-        try:
+        # The upload budget counts bytes as they arrive (what a declared size promises
+        # holds nothing), all given back once the entry is stored or refused.
+        with self.uploads.holder() as held:
             tmp = self.store.temp_path(key)
             fd, direct = diskio.open_temp(tmp, self.config.direct_io)
             try:
                 writer = diskio.TempWriter(fd, direct, self.buffers)
                 try:
-                    header = self._receive(first, messages, context, writer)
+                    header = self._receive(first, messages, context, writer, held)
                     writer.finish()
                 finally:
                     writer.close()
@@ -140,11 +138,18 @@ class Transfers:
                 self.store.put_file(key, tmp, header, size)  # fsync, rename, index
             finally:
                 tmp.unlink(missing_ok=True)  # put_file consumed it, or the upload failed
-        finally:
-            self.uploads.release(size)
-            self.metrics.upload_memory.set(self.uploads.used)
         self.metrics.received(size)
         return pb.PutResponse(stored=True)
+
+    def _hold(self, held: Holder, amount: int, context) -> None:
+        """Count `amount` more received bytes against the upload budget, waiting a while
+        for room (less than the idle timeout: the wait is ours, not the client's)."""
+        wait = min(UPLOAD_MEMORY_WAIT, context.time_remaining() or UPLOAD_MEMORY_WAIT)
+        if self.config.idle_timeout > 0:
+            wait = min(wait, self.config.idle_timeout / 2)
+        if not held.take(amount, wait):
+            self.metrics.rejected.labels("busy").inc()
+            raise ServerBusyError("server busy: too many uploads in progress, retry later")
 
     def _first_message(self, messages: Iterator[bytes]) -> _PutHeader:
         message = next(messages, None)
@@ -174,7 +179,7 @@ class Transfers:
         return first
 
     def _receive(
-        self, first: _PutHeader, messages, context, writer: diskio.TempWriter
+        self, first: _PutHeader, messages, context, writer: diskio.TempWriter, held: Holder
     ) -> entry.Header:
         """Write the upload to its temp file as it arrives, checking it as it goes.
 
@@ -191,6 +196,7 @@ class Transfers:
             if not signature_checked and reader.header is not None:
                 self._require_signature(reader.header)
                 signature_checked = True
+            self._hold(held, len(data), context)
             writer.write(data)
         if reader.received != first.size:
             message = f"upload ended after {reader.received} of {first.size} bytes; nothing stored"

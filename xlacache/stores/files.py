@@ -14,6 +14,7 @@ of this host that has exited is abandoned at once, any other after an hour.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -26,6 +27,7 @@ from pathlib import Path
 from xlacache import entry
 from xlacache.errors import CorruptEntryError, InvalidKeyError, NotACacheError
 from xlacache.key import is_valid_key
+from xlacache.stores import durability
 from xlacache.stores.base import EntryInfo
 
 MARKER = "XLACACHE"
@@ -48,6 +50,19 @@ def info_from_header(header: entry.Header, size: int) -> EntryInfo:
     )
 
 
+def verify_file(path: Path, key: str, chunk: int = 1024 * 1024) -> tuple[entry.Header, int]:
+    """Stream an entry file through every check a read makes (header, key, length, body
+    SHA-256), holding one chunk: (its header, its size). CorruptEntryError if it fails."""
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        reader = entry.EntryReader(key, size)
+        buffer = bytearray(min(chunk, max(size, 1)))
+        view = memoryview(buffer)
+        while n := f.readinto(buffer):
+            reader.feed(view[:n])
+        return reader.finish(), size
+
+
 def check_key(key: str) -> str:
     if not is_valid_key(key):
         raise InvalidKeyError(f"malformed cache key {key!r}")
@@ -55,11 +70,13 @@ def check_key(key: str) -> str:
 
 
 class EntryFiles:
-    """A store directory's files: paths, listing, temp files, atomic installs."""
+    """A store directory's files: paths, listing, temp files, atomic installs (synced as
+    `fsync` says: `stores.durability`)."""
 
-    def __init__(self, root: Path, fsync: bool = True) -> None:
+    def __init__(self, root: Path, fsync: bool | str = True) -> None:
         self.root = root
-        self.fsync = fsync
+        self.fsync = durability.fsync_mode(fsync)
+        self._syncer = durability.Syncer(self.fsync)
         self.entries_dir = root / "entries"
         self.tmp_dir = root / "tmp"
 
@@ -87,16 +104,32 @@ class EntryFiles:
         writer = f"{_HOST}-{os.getpid()}"
         return self.tmp_dir / f"{key}.{writer}.{uuid.uuid4().hex[:8]}{TEMP_SUFFIX}"
 
+    @property
+    def sync_before_install(self) -> bool:
+        """Whether writers fsync a temp file before `install` renames it."""
+        return self.fsync == durability.ALWAYS
+
     def install(self, key: str, tmp: Path) -> None:
-        """Rename a written (and, with fsync on, synced) temp file into place."""
+        """Rename a written temp file into place (synced before, with fsync=always), then
+        sync its directory now (always), soon (background) or on `sync()` (off)."""
         final = self.entry_path(key)
         try:
             os.replace(tmp, final)
         except FileNotFoundError:  # the shard's first entry (or tmp vanished: raise)
             final.parent.mkdir(exist_ok=True)
             os.replace(tmp, final)
-        if self.fsync:
+        if self.fsync == durability.ALWAYS:
             _fsync_dir(final.parent)
+        else:
+            self._syncer.add(final)
+
+    def sync(self) -> int:
+        """fsync the entries not yet synced (background) or recently written (off)."""
+        return self._syncer.flush()
+
+    def close(self) -> None:
+        """Stop background syncing, after syncing what it still holds."""
+        self._syncer.close()
 
     # -- listing -----------------------------------------------------------------------
 
@@ -189,13 +222,5 @@ def _writer_is_gone(name: str) -> bool:
 
 
 def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    with contextlib.suppress(OSError):  # some file systems refuse to sync a directory
+        durability.fsync_path(path)

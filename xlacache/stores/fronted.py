@@ -145,6 +145,10 @@ class FrontedStore(TieredStore):
     def temp_path(self, key: str):
         return self.local.temp_path(key)
 
+    def check(self, key: str) -> entry.Header | None:
+        """Check the copy this server serves (the local one); see `LocalStore.check`."""
+        return self.local.check(key)
+
     def record_hit(self, key: str) -> None:
         self.local.record_hit(key)
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import threading
 import time
 import uuid
@@ -44,11 +43,15 @@ from xlacache import counters
 from xlacache.errors import (
     CacheError,
     ConfigError,
+    EntryTooLargeError,
+    InvalidRequestError,
     PermissionDeniedError,
+    ServerBusyError,
+    ServerError,
     StoreUnavailableError,
     UnauthenticatedError,
 )
-from xlacache.stores.remote import CircuitBreaker
+from xlacache.stores.resilience import CircuitBreaker, RetryPolicy
 
 # The experimental zonal-bucket support probes a gRPC endpoint on first use (60-90 s
 # against an HTTP emulator); it must be off before gcsfs is imported.
@@ -67,24 +70,56 @@ EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 DEFAULT_TIMEOUT = 10.0
 
 
+# HTTP statuses worth another try, and the error type of other failing statuses.
+RETRY_STATUSES = frozenset({408, 429, *range(500, 600)})
+STATUS_ERRORS: dict[int, type[CacheError]] = {
+    400: InvalidRequestError,
+    401: UnauthenticatedError,
+    403: PermissionDeniedError,
+    408: StoreUnavailableError,
+    413: EntryTooLargeError,
+    429: ServerBusyError,
+}
+
+
+class HttpStatusError(Exception):
+    """A GCS answer with a status of 400 or more (classified by `status`, never by text)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}" if message else f"HTTP {status}")
+        self.status = status
+
+
+def _error_message(contents: bytes) -> str:
+    """GCS's error message from a JSON error body (for people; nothing matches on it)."""
+    try:
+        error = json.loads(contents)["error"]
+        return str(error.get("message", "") if isinstance(error, dict) else error)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return contents[:200].decode(errors="replace").strip()
+
+
 class _OneAttemptGCSFileSystem(GCSFileSystem):
-    """gcsfs making one HTTP attempt per request: GCSObjects retries, within its deadline."""
+    """gcsfs making one HTTP attempt per request (GCSObjects retries, within its deadline)
+    and failing with the answer's status (`HttpStatusError`): gcsfs's own check keeps
+    the status of some answers only in the message text (a 403 is a bare OSError)."""
 
-    _request = getattr(GCSFileSystem._request, "__wrapped__", GCSFileSystem._request)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with jitter: attempt n waits about initial * multiplier**n."""
-
-    attempts: int = 8
-    initial: float = 0.1
-    maximum: float = 5.0
-    multiplier: float = 2.0
-
-    def delay(self, attempt: int) -> float:
-        ceiling = min(self.maximum, self.initial * self.multiplier**attempt)
-        return ceiling * random.uniform(0.5, 1.0)
+    async def _request(self, method, path, *args, headers=None, json=None, data=None, **kwargs):
+        cache = {k: kwargs.pop(k, None) for k in ("cache_type", "cache_source")}
+        await self._set_session()
+        async with self.session.request(
+            method=method,
+            url=self._format_path(path, args),
+            params=self._get_params(kwargs),
+            json=json,
+            headers=self._get_headers(headers, **cache),
+            data=data,
+            timeout=self.requests_timeout,
+        ) as response:
+            contents = await response.read()
+            if response.status >= 400:
+                raise HttpStatusError(response.status, _error_message(contents))
+            return response.status, response.headers, response.request_info, contents
 
 
 @dataclass(frozen=True)
@@ -372,11 +407,12 @@ class GCSObjects:
                 if remaining <= 0:
                     raise asyncio.TimeoutError
                 result = sync(self._fs().loop, make_call, timeout=remaining)
-            except FileNotFoundError as exc:
-                return self._answered(absent, exc, what)
-            except FileExistsError as exc:  # 412: a precondition failed
-                return self._answered(precondition, exc, what)
             except Exception as exc:  # noqa: BLE001 - classified below
+                status = exc.status if isinstance(exc, HttpStatusError) else None
+                if status == 404:
+                    return self._answered(absent, exc, what)
+                if status == 412:  # a precondition failed
+                    return self._answered(precondition, exc, what)
                 timed_out = time.monotonic() >= end
                 if timed_out or not _transient(exc):
                     raise self._failure(exc, what, budget, timed_out) from None
@@ -397,18 +433,23 @@ class GCSObjects:
         return outcome
 
     def _failure(self, exc: Exception, what: str, budget: float, timed_out: bool) -> CacheError:
-        """The cache error a failed call raises; feeds the breaker when GCS is unwell."""
+        """The cache error a failed call raises (by HTTP status or exception type); feeds
+        the breaker when GCS, or our access to it, is unwell."""
         message = f"{self.url}: {what}: {type(exc).__name__}: {exc}".rstrip(": ")
         if timed_out or isinstance(exc, asyncio.TimeoutError):
             self.breaker.failure(trip_now=True)
             return StoreUnavailableError(f"{self.url}: {what}: no answer within {budget:.0f} s")
-        if isinstance(exc, OSError) and "Forbidden" in str(exc):  # gcsfs's 403
-            self.breaker.success()
-            return PermissionDeniedError(message)
-        if getattr(exc, "code", None) == 401:
-            self.breaker.failure(trip_now=True)
-            return UnauthenticatedError(message)
-        if _transient(exc):
+        if isinstance(exc, HttpStatusError):
+            message = f"{self.url}: {what}: {exc}"
+            if exc.status == 401:  # our credentials: asking again soon will not help
+                self.breaker.failure(trip_now=True)
+            elif exc.status in RETRY_STATUSES:
+                self.breaker.failure()
+            else:
+                self.breaker.success()  # GCS answered; the refusal is about this call
+            default = ServerError if exc.status >= 500 else CacheError
+            return STATUS_ERRORS.get(exc.status, default)(message)
+        if _transient(exc):  # a dropped connection, a stalled request, a token refresh
             self.breaker.failure()
             return StoreUnavailableError(message)
         self.breaker.success()
@@ -417,4 +458,6 @@ class GCSObjects:
 
 def _transient(exc: BaseException) -> bool:
     """Worth another try: 408, 429, 5xx, a dropped connection, a stalled request."""
+    if isinstance(exc, HttpStatusError):
+        return exc.status in RETRY_STATUSES
     return isinstance(exc, asyncio.TimeoutError) or is_retriable(exc)

@@ -4,7 +4,7 @@ A `LeaseTable` grants the lease on a name (a cache key) to one holder. The holde
 it while it compiles (`HeldLease` does that on a thread, every ttl/3) and releases it
 once the entry is stored; a lease that is not renewed for `ttl` seconds expires, so a
 holder that dies loses it and a waiter takes it over. Waiting for a holder is polling
-(the store for the entry, the table for the lease) with backoff (`Backoff`), always
+(the store for the entry, the table for the lease) with backoff (`WAIT_BACKOFF`), always
 under a deadline: see `xlacache.cache`.
 
 Backends, chosen by the store (`Store.leases()`):
@@ -30,7 +30,6 @@ import contextlib
 import fcntl
 import json
 import os
-import random
 import socket
 import threading
 import time
@@ -41,6 +40,7 @@ from pathlib import Path
 from xlacache import counters
 from xlacache.errors import kind_of
 from xlacache.key import is_valid_key
+from xlacache.stores.resilience import Backoff
 
 DEFAULT_TTL = 30.0  # seconds a lease lives unless renewed
 MIN_TTL = 1.0
@@ -270,18 +270,8 @@ def _is_file_at(fd: int, path: Path) -> bool:
     return (st.st_ino, st.st_dev) == (mine.st_ino, mine.st_dev)
 
 
-class Backoff:
-    """Delays that grow from `initial` to `maximum` (x`multiplier` each), with jitter."""
-
-    def __init__(self, initial: float = 0.05, maximum: float = 0.5, multiplier: float = 1.5):
-        self._next = initial
-        self.maximum = maximum
-        self.multiplier = multiplier
-
-    def next(self) -> float:
-        delay = self._next * random.uniform(0.8, 1.2)
-        self._next = min(self.maximum, self._next * self.multiplier)
-        return delay
+# How a waiter polls for a holder's entry: 50 ms growing x1.5 to 500 ms, with jitter.
+WAIT_BACKOFF = Backoff(initial=0.05, maximum=0.5, multiplier=1.5)
 
 
 class HeldLease:

@@ -1,11 +1,12 @@
 """A cache directory on a local or shared file system: entry files (`stores.files`
 has the layout) and a derived SQLite index beside them (`stores.index`).
 
-Writes go to tmp/, are fsynced, then renamed into place: a reader sees a whole entry
-or none, also when the writer is killed. Many processes may share a directory; the
-same key written twice just replaces an identical entry. No lock is held across a
-compile, and none at all on the read path: a hit reads and verifies the entry file and
-counts the hit in memory (`stores.index` writes it later, in the background).
+Writes go to tmp/, are fsynced (as `fsync` says: `stores.durability`), then renamed
+into place: a reader sees a whole entry or none, also when the writer is killed. Many
+processes may share a directory; the same key written twice just replaces an identical
+entry. No lock is held across a compile, and none at all on the read path: a hit reads
+and verifies the entry file and counts the hit in memory (`stores.index` writes it
+later, in the background).
 
 The index is reconciled with the entry files when a writable store opens (and by
 `reconcile`, which the server runs periodically): entry files without a row (a crash
@@ -42,6 +43,7 @@ from xlacache.stores.files import (
     EntryFiles,
     check_key,
     info_from_header,
+    verify_file,
 )
 from xlacache.stores.index import Index, Limits, move_aside
 from xlacache.stores.leases import DirLeases
@@ -64,18 +66,19 @@ class LocalStore(Store):
         create: bool = True,
         max_size: int | None = None,
         max_age: float | None = None,
-        fsync: bool = True,
+        fsync: bool | str = True,
     ) -> None:
         self.root = Path(path).expanduser().absolute()
         self.url = str(self.root)
         self.readonly = readonly
         self.max_size = max_size
         self.max_age = max_age
-        # fsync each entry and its directory before it counts as stored. Off, a power
-        # loss (never a killed process) may lose recent entries or leave torn files,
-        # which reads detect (header and body SHA-256) and remove: a miss, not bad data.
-        self.fsync = fsync
+        # When entries reach the disk (`stores.durability`): "always" (True, the
+        # default here), "background", or "off" (False; the server's default). Short of
+        # always, a machine crash (never a killed process) may lose recent entries or
+        # leave torn files, which reads detect (header and body SHA-256) and remove.
         self.files = EntryFiles(self.root, fsync)
+        self.fsync = self.files.fsync
         self.entries_dir = self.files.entries_dir
         self.tmp_dir = self.files.tmp_dir
         self.index_path = self.root / "index.sqlite"
@@ -150,7 +153,7 @@ class LocalStore(Store):
                     size += len(chunk)
                 header = finish()
                 f.flush()
-                if self.fsync:
+                if self.files.sync_before_install:
                     os.fsync(f.fileno())
             self.files.install(key, tmp)
         finally:
@@ -199,7 +202,7 @@ class LocalStore(Store):
                     found < entry.PRELUDE_SIZE + header.body_size
                 ):
                     raise CorruptEntryError(f"{tmp}: {found} bytes, not the entry's length")
-                if self.fsync:
+                if self.files.sync_before_install:
                     os.fsync(f.fileno())
             self.files.install(key, tmp)
         finally:
@@ -280,8 +283,7 @@ class LocalStore(Store):
             try:
                 if not is_valid_key(key) or path != self.entry_path(key):
                     raise CorruptEntryError(f"stray file {path}")
-                blob = path.read_bytes()
-                found.append(info_from_header(entry.verify(blob, key), len(blob)))
+                found.append(info_from_header(*verify_file(path, key)))
             except (CorruptEntryError, OSError):
                 report.corrupt.append(key)
                 bad.append(path)
@@ -317,12 +319,18 @@ class LocalStore(Store):
             self._leases = DirLeases(self.root)
         return self._leases
 
+    def sync(self) -> int:
+        """fsync entries written but not yet synced (see `stores.durability`: with fsync
+        off, those of the last minute); how many. A no-op with fsync always."""
+        return 0 if self.readonly else self.files.sync()
+
     def close(self) -> None:
         if self._leases is not None:
             self._leases.close()
         index, self._index = self._index, None
         if index is not None:
             index.close()
+        self.files.close()
 
     # -- index upkeep ------------------------------------------------------------------
 
@@ -435,6 +443,15 @@ class LocalStore(Store):
             return None
         entry.verify(blob, key)
         return blob
+
+    def check(self, key: str) -> entry.Header | None:
+        """The entry's header once its file passed every check a read makes, streamed
+        (memory holds one chunk, never the entry); None if absent, CorruptEntryError if
+        it fails. Records no hit and removes nothing."""
+        try:
+            return verify_file(self.entry_path(key), key)[0]
+        except FileNotFoundError:
+            return None
 
     def read_header(self, key: str) -> entry.Header | None:
         """The entry's header, read from the front of its file (never touches the index)."""

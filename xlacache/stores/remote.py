@@ -2,17 +2,15 @@
 
 Every call has a deadline. Failures that mean "the server is sick" (unreachable,
 timed out, overloaded, refusing our token) raise StoreUnavailableError and feed a
-circuit breaker: after a few in a row the store stops calling the server for a
-backoff period (1 s doubling to 60 s), so a dead server costs a training job one
-deadline, not one per compile. Entries are verified end to end on get.
+circuit breaker (`stores.resilience`): after a few in a row the store stops calling
+the server for a backoff period (1 s doubling to 60 s), so a dead server costs a
+training job one deadline, not one per compile. Entries are verified end to end on get.
 """
 
 from __future__ import annotations
 
 import contextlib
-import random
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlparse
@@ -34,6 +32,7 @@ from xlacache.key import is_valid_key
 from xlacache.protocol import CHUNK_SIZE, DEFAULT_PORT, fields_of, method_path, misses, status, wire
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
 from xlacache.stores.leases import Grant, LeaseTable
+from xlacache.stores.resilience import CircuitBreaker
 
 MESSAGE_LIMIT = 8 * 1024 * 1024
 
@@ -45,49 +44,6 @@ _SICK = {
     Code.UNKNOWN, Code.CANCELLED, Code.UNIMPLEMENTED,
 }  # fmt: skip
 _TRIP_NOW = {Code.UNAUTHENTICATED, Code.DEADLINE_EXCEEDED, Code.CANCELLED}
-
-
-class CircuitBreaker:
-    """Closed -> open after `threshold` consecutive failures; one trial call after backoff."""
-
-    def __init__(self, threshold: int = 3, base: float = 1.0, cap: float = 60.0) -> None:
-        self.threshold = threshold
-        self.base = base
-        self.cap = cap
-        self._failures = 0
-        self._opens = 0
-        self._open_until = 0.0
-        self._trial_running = False
-        self._lock = threading.Lock()
-
-    @property
-    def is_open(self) -> bool:
-        return time.monotonic() < self._open_until
-
-    def allow(self) -> bool:
-        """May a call go to the server now? (While open, no; after, one trial at a time.)"""
-        with self._lock:
-            if self._failures < self.threshold:
-                return True
-            if time.monotonic() < self._open_until or self._trial_running:
-                return False
-            self._trial_running = True
-            return True
-
-    def success(self) -> None:
-        with self._lock:
-            self._failures = 0
-            self._opens = 0
-            self._trial_running = False
-
-    def failure(self, trip_now: bool = False) -> None:
-        with self._lock:
-            self._trial_running = False
-            self._failures = max(self._failures + 1, self.threshold if trip_now else 0)
-            if self._failures >= self.threshold:
-                backoff = min(self.cap, self.base * 2**self._opens)
-                self._opens += 1
-                self._open_until = time.monotonic() + backoff * random.uniform(0.8, 1.2)
 
 
 def parse_target(url: str) -> tuple[str, bool]:
@@ -139,8 +95,11 @@ class GrpcStore(Store):
             ("grpc.max_receive_message_length", MESSAGE_LIMIT),
             ("grpc.max_send_message_length", MESSAGE_LIMIT),
             ("grpc.enable_retries", 0),
+            # Quick reconnects after a server restart. (Not grpc.min_reconnect_backoff_ms:
+            # gRPC core also takes it as the time a connection attempt gets for the
+            # server's HTTP/2 SETTINGS, 20 s by default; at 500 ms a busy server's
+            # connections failed. Every call has its own deadline anyway.)
             ("grpc.initial_reconnect_backoff_ms", 500),
-            ("grpc.min_reconnect_backoff_ms", 500),
             ("grpc.max_reconnect_backoff_ms", 5000),
             ("grpc.keepalive_time_ms", 30_000),
             ("grpc.keepalive_timeout_ms", 10_000),
