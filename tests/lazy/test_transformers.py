@@ -120,7 +120,6 @@ def test_autocast_bfloat16_trains_like_eager_autocast():
         assert dev["model"](input_ids=ids).logits.dtype == torch.bfloat16
 
 
-@pytest.mark.xfail(strict=True, reason="needs bf16 transfers from lazy-ops")
 def test_bfloat16_weights_train_and_save(tmp_path: Path):
     """A model in bfloat16 (as TPU users train) trains like eager bf16 and saves in bf16."""
     eager = train("llama", "cpu", steps=4, model=build("llama").to(torch.bfloat16))

@@ -16,8 +16,6 @@ from typing import Any
 
 import torch
 
-os.environ.setdefault("JAX_ENABLE_X64", "0")
-
 # torch and jax leave ~250k long-lived objects behind at import; every full (gen 2) collection
 # re-scans them, ~100-200 ms each, and a training loop that records thousands of IR nodes a step
 # triggers one every few steps. Move them to the permanent generation (``gc.freeze``): they are

@@ -30,7 +30,7 @@ from .executor import to_cpu
 from .identity import UnencodableAttribute
 from .lowering import LOWERINGS
 from .lowering.registry import registrar
-from .record import assign, record
+from .record import assign, record, track_view
 from .tensor import LazyTensor
 from .transfer import to_device
 
@@ -138,14 +138,29 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
     return cpu_fallback(func, args, kwargs)
 
 
+_FUNCTIONAL: dict[Any, Any] = {}
+
+
 def functional_of(func: Any) -> Any:
-    """``aten.add.Tensor`` for ``aten.add_.Tensor`` (None if there is none)."""
+    """``aten.add.Tensor`` for ``aten.add_.Tensor`` (None if there is none): the overload of the
+    same name taking the same argument types (``pow_.Scalar`` is ``pow.Tensor_Scalar``)."""
+    if func in _FUNCTIONAL:
+        return _FUNCTIONAL[func]
     name = func._schema.name.split("::")[1]
     packet = getattr(aten, name[:-1], None)
-    if packet is None:
-        return None
-    ov = func._overloadname
-    return getattr(packet, ov, None) if ov in packet.overloads() else None
+    found = None
+    if packet is not None:
+        want = [str(a.type) for a in func._schema.arguments]
+        first = [func._overloadname] if func._overloadname in packet.overloads() else []
+        for ov in first + [o for o in packet.overloads() if o not in first]:
+            cand = getattr(packet, ov)
+            if [str(a.type) for a in cand._schema.arguments] == want and not any(
+                a.alias_info is not None and a.alias_info.is_write for a in cand._schema.arguments
+            ):
+                found = cand
+                break
+    _FUNCTIONAL[func] = found
+    return found
 
 
 def is_inplace(func: Any) -> bool:
@@ -244,4 +259,10 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any
 
     if is_inplace(func) and isinstance(args[0], LazyTensor):
         return args[0]
-    return up(res)
+    out = up(res)
+    if func.is_view and isinstance(out, LazyTensor) and isinstance(args[0], LazyTensor):
+        # a copy standing for a view: writes through it raise instead of being lost
+        b = args[0]._c
+        root = b._root if b._root is not None else b
+        track_view(out, root, (*b._chain, (func, tuple(args[1:]), kwargs)))
+    return out

@@ -32,7 +32,7 @@ from . import closures, metrics, rng
 from .distributed.program import process_program
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key, lowering_fingerprint
-from .lowering import LOWERINGS, jax_dtype, lower_random
+from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
 from .record import value
 from .spmd import placement as spmd
 from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors, restore_gc
@@ -202,7 +202,9 @@ def _fix(r: Any, aval: Any, name: str) -> Any:
     jdt = _NP_DTYPES.get(dtype)
     if jdt is None:
         jdt = _NP_DTYPES[dtype] = np.dtype(jax_dtype(dtype))
-    if r.dtype != jdt or r.weak_type:  # strong types only: what the next graph sees is exact
+    if r.dtype != jdt:  # eager's conversion rules (XLA's convert saturates)
+        r = cast(r, jdt)
+    if r.weak_type:  # strong types only: what the next graph sees is exact
         r = lax.convert_element_type(r, jdt)
     if r.shape != shape:
         if r.size == int(np.prod(shape)):
@@ -325,7 +327,8 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
         else:
             metrics.counter_inc("CachedCompile")
         t0 = time.perf_counter_ns()
-        results = exe.compiled(*arrays, sc)
+        with x64():
+            results = exe.compiled(*arrays, sc)
         metrics.metric_add("ExecuteTime", time.perf_counter_ns() - t0)
         metrics.counter_inc("ExecuteComputation")
         new_nodes = [data_node(r, n.avals[k][1]) for r, (n, k) in zip(results, outs, strict=True)]
@@ -379,7 +382,7 @@ def _compile(
             jitted = jax.jit(fn, donate_argnums=donated, keep_unused=True)
         else:
             jitted = procs.jit(fn, len(arrays) + 1, donated)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), x64():
             warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
             lowered = jitted.lower(*(procs.avals(arrays, scalars) if procs else (*arrays, scalars)))
             t1 = time.perf_counter_ns()

@@ -18,7 +18,7 @@ import torch
 
 from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
 from .identity import encode, node_prefix
-from .lowering import STATIC_SCALAR_OPS
+from .lowering import LOWERINGS, STATIC_SCALAR_OPS
 from .tensor import Cell, LazyTensor, contiguous_meta, tracing_nested
 from .transfer import to_device
 
@@ -34,6 +34,11 @@ def value(t: LazyTensor | Cell) -> tuple[Node, int]:
     if root is not None and c._rgen != root._gen:
         v: Any = root
         for f, rest, kw in c._chain:
+            if f not in LOWERINGS:  # a view the CPU fallback made: a copy, not a view
+                raise NotImplementedError(
+                    f"xlacache.lazy: {f} ran on the CPU fallback; its result cannot follow "
+                    "in-place updates of the tensor it views"
+                )
             v = record(f, (v, *rest), kw, as_view=False)
         c._v = v._v  # a lazy tensor, or the root's cell itself (an alias)
         c._rgen = root._gen
@@ -78,6 +83,8 @@ def _scatter_into(f: Any, rest: tuple, kw: dict, base: Any, new: LazyTensor) -> 
     ndim = len(shape_of(base))
     if name in ("alias", "detach", "lift_fresh"):
         return new
+    if f == aten.view.dtype:  # a reinterpretation of the bits: reinterpret them back
+        return record(aten.view.dtype, (new, base._meta.dtype), {})
     if name in _RESHAPES:
         return record(aten.view.default, (new, list(shape_of(base))), {})
     if name == "permute":
@@ -92,12 +99,25 @@ def _scatter_into(f: Any, rest: tuple, kw: dict, base: Any, new: LazyTensor) -> 
         else:
             d0, d1 = 0, max(ndim - 1, 0)
         return record(aten.transpose.int, (new, d0, d1), {})
+    inverse = _INVERSES.get(name)
+    if inverse is not None:
+        return record(inverse, (new,), {})
+    if name in ("real", "imag"):
+        other = record(aten.imag.default if name == "real" else aten.real.default, (base,), {})
+        parts = (new, other) if name == "real" else (other, new)
+        return record(aten.complex.default, parts, {})
     scatter = _SCATTERS.get(name)
     if scatter is not None:
         return record(scatter, (base, new, *rest), kw)
     raise NotImplementedError(f"xlacache.lazy: in-place write through a view made by {f}")
 
 
+_INVERSES = {  # view ops whose inverse is one op on the new value
+    "view_as_real": aten.view_as_complex.default,
+    "view_as_complex": aten.view_as_real.default,
+    "_conj": aten._conj.default,
+    "_neg_view": aten._neg_view.default,
+}
 _SCATTERS = {
     "select": aten.select_scatter.default,
     "slice": aten.slice_scatter.default,
@@ -151,7 +171,7 @@ def _op(func: Any) -> _Op:
 class _Ctx:
     """The inputs of the node being recorded, each value once."""
 
-    __slots__ = ("func", "inputs", "seen")
+    __slots__ = ("func", "inputs", "seen", "dyn")
 
     def __init__(
         self,
@@ -163,6 +183,7 @@ class _Ctx:
         self.inputs: list[tuple[Node, int]] = [] if inputs is None else inputs
         # keyed by the (node, k) pair itself: nodes hash and compare by identity
         self.seen: dict[tuple[Node, int], int] = {} if seen is None else seen
+        self.dyn = False  # a Python float became a (float32) graph input
 
     def add(self, v: tuple[Node, int]) -> Placeholder:
         i = self.seen.get(v)
@@ -177,7 +198,7 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
     if isinstance(x, LazyTensor):
         return ctx.add(value(x)), x._c._meta
     if isinstance(x, torch.Tensor):
-        if x.dim() == 0 and x.device.type == "cpu" and x.dtype.is_floating_point:
+        if x.dim() == 0 and x.device.type == "cpu" and x.dtype in _F32_EXACT:
             return ctx.add((scalar_node(x.item()), 0)), torch.empty(
                 (), dtype=x.dtype, device="meta"
             )
@@ -191,6 +212,7 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
         pairs = [_convert(e, ctx, False) for e in x]
         return tuple(p[0] for p in pairs), type(x)(p[1] for p in pairs)
     if dyn and type(x) is float:
+        ctx.dyn = True
         return ctx.add((scalar_node(x), 0)), x
     if type(x) is Cell:
         return ctx.add(value(x)), x._meta
@@ -198,6 +220,12 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
         return None, torch.device("meta")
     return x, x
 
+
+# 0-dim CPU tensors of these dtypes become float32 graph inputs (exactly); float64 ones are data
+_F32_EXACT = frozenset((torch.float32, torch.float16, torch.bfloat16))
+# scalar graph inputs are float32: an op on these dtypes gets its Python floats as constants
+_WIDE = frozenset((torch.float64, torch.complex128))
+_NONE: frozenset = frozenset()
 
 # ops that take CPU tensors along with xla ones in eager PyTorch too (index tensors and values)
 _CPU_TENSORS_OK = {
@@ -218,7 +246,12 @@ def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
 
 
 def record(
-    func: Any, args: tuple, kwargs: dict, as_view: bool = True, into: LazyTensor | None = None
+    func: Any,
+    args: tuple,
+    kwargs: dict,
+    as_view: bool = True,
+    into: LazyTensor | None = None,
+    static: bool = False,
 ) -> Any:
     """Record ``func`` as one IR node and return lazy tensors for its outputs.
 
@@ -226,7 +259,8 @@ def record(
     (``as_view=False``: a plain value). With ``into`` (an in-place op recorded as its
     functional op), the (first) output becomes ``into``'s value instead (``assign``), and
     ``into`` is returned. Raises ``identity.UnencodableAttribute`` for an attribute that
-    cannot be keyed exactly.
+    cannot be keyed exactly. ``static``: Python floats stay compile-time constants (an op on
+    float64/complex128 values, whose floats a float32 graph input would round).
 
     This runs for every op a training step records: the common argument kinds (lazy tensors,
     ints) are handled inline, and the attribute encoding, built alongside, equals
@@ -238,7 +272,8 @@ def record(
     inputs: list[tuple[Node, int]] = []
     seen: dict[tuple[Node, int], int] = {}
     ctx = None  # for the other argument kinds: _convert
-    spos = op.spos
+    spos = _NONE if static else op.spos
+    dyn = False  # a Python float became a (float32) graph input
     targs: list[Any] = []
     margs: list[Any] = []
     codes: list[str] = []
@@ -265,6 +300,7 @@ def record(
             ph = placeholder(len(inputs))
             seen[v] = len(inputs)
             inputs.append(v)
+            dyn = True
             targs.append(ph)
             margs.append(a)
             codes.append(ph.code)
@@ -278,7 +314,7 @@ def record(
     if kwargs:
         if ctx is None:
             ctx = _Ctx(func, inputs, seen)
-        snames = op.snames
+        snames = _NONE if static else op.snames
         tkw, mkw = {}, {}
         for k, a in kwargs.items():
             t, m = _convert(a, ctx, k in snames)
@@ -296,6 +332,9 @@ def record(
     if hit is None or hit[0] is not func:
         hit = _META_CACHE[ck] = _infer(func, margs, mkw, akey)
     _, metas, avals, prefix, multi = hit
+    if (dyn or (ctx is not None and ctx.dyn)) and _wide(inputs, avals):
+        # float64 math: its Python floats stay exact constants
+        return record(func, args, kwargs, as_view, into, static=True)
     node = Node(func, tuple(inputs), attrs, avals, func, None, prefix)
     if into is not None:
         c = into._c
@@ -318,12 +357,28 @@ def record(
     return wrapped if multi is list else tuple(wrapped)
 
 
+def _wide(inputs: list[tuple[Node, int]], avals: tuple) -> bool:
+    """Does the op read or write float64/complex128 values?"""
+    return any(n.avals[i][1] in _WIDE for n, i in inputs) or any(
+        a is not None and a[1] in _WIDE for a in avals
+    )
+
+
 def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, Any, tuple, bytes, Any]:
     """The ``_META_CACHE`` value of ``func`` on these inputs (runs the meta kernel)."""
     try:
         mout = func(*margs, **mkw)
     except Exception as e:  # noqa: BLE001 - re-raised with the op's name
-        raise RuntimeError(f"xlacache.lazy: shape inference failed for {func}: {e}") from e
+        numbers = _scalars_as_numbers(func, margs)
+        try:
+            if numbers is None:
+                raise
+            mout = func(*numbers, **mkw)
+        except Exception:  # noqa: BLE001
+            raise RuntimeError(f"xlacache.lazy: shape inference failed for {func}: {e}") from e
+    if isinstance(mout, torch.Tensor) and (mout.is_conj() or mout.is_neg()):
+        # lazy values carry no conjugate/negative bit: ``_conj`` computes the conjugate
+        mout = torch.empty(mout.shape, dtype=mout.dtype, device="meta")
     if isinstance(mout, torch.Tensor):
         outs, multi = [mout], None
     else:
@@ -334,6 +389,19 @@ def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, Any, tupl
         _META_CACHE.clear()
     prefix = node_prefix(op_code(func), akey, avals_code(avals))
     return func, metas[0] if multi is None else metas, avals, prefix, multi
+
+
+def _scalars_as_numbers(func: Any, margs: list) -> list | None:
+    """``margs`` with the 0-d tensors given to ``Scalar`` arguments (autograd formulas do that)
+    as numbers of their kind, which is all the meta kernel needs; None if there are none."""
+    out, changed = list(margs), False
+    for i, a in enumerate(func._schema.arguments[: len(margs)]):
+        m = margs[i]
+        if str(a.type) == "Scalar" and isinstance(m, torch.Tensor) and m.dim() == 0:
+            d = m.dtype
+            out[i] = 1j if d.is_complex else 1.0 if d.is_floating_point else d == torch.bool or 1
+            changed = True
+    return out if changed else None
 
 
 def track_view(out: LazyTensor, root: Cell, chain: tuple) -> None:

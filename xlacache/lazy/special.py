@@ -78,6 +78,22 @@ def _item(args: tuple, kwargs: dict) -> Any:
     return to_cpu(args[0]).item()
 
 
+@special(aten._linalg_check_errors.default)
+def _linalg_check_errors(args: tuple, kwargs: dict) -> None:
+    """``torch.linalg``'s error check reads LAPACK's ``info``: materialize it (a barrier, like
+    ``.item()``) and raise exactly as eager would. The ``*_ex`` functions skip the check."""
+    info = args[0]
+    cpu = to_cpu(info) if isinstance(info, LazyTensor) else info
+    aten._linalg_check_errors.default(cpu, *args[1:], **kwargs)
+
+
+@special(aten.allclose.default)
+def _allclose(args: tuple, kwargs: dict) -> bool:
+    """Computed on the device; only the answer crosses to the host (like ``.item()``)."""
+    close = dispatch(aten.isclose.default, args, kwargs)
+    return bool(to_cpu(dispatch(aten.all.default, (close,), {})).item())
+
+
 @special(aten.equal.default)
 def _equal(args: tuple, kwargs: dict) -> bool:
     a, b = args
@@ -128,12 +144,30 @@ def _bn_with_update(args: tuple, kwargs: dict) -> Any:
     )
     assign(rm, out[4])
     assign(rv, out[5])
-    return out[:4]
+    return _stats_like_input(x, out[:4])
 
 
-@special(aten.native_batch_norm.default)
+def _stats_like_input(x: LazyTensor, out: Any) -> Any:
+    """Eager's CPU norms keep bfloat16/float16 statistics in the input's dtype (their meta
+    kernels, like CUDA, say float32): outputs 1 and 2 follow eager."""
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        return out
+    cast = [record(aten._to_copy.default, (t,), {"dtype": x.dtype}) for t in out[1:3]]
+    return (out[0], *cast, *out[3:])
+
+
+@special(aten.native_layer_norm.default)
+def _layer_norm(args: tuple, kwargs: dict) -> Any:
+    return _stats_like_input(args[0], record(aten.native_layer_norm.default, args, kwargs))
+
+
+@special(aten.native_batch_norm.default, aten._native_batch_norm_legit.default)
 def _native_bn(args: tuple, kwargs: dict) -> Any:
     x, w, b, rm, rv, training, momentum, eps = args[:8]
     if training and rm is not None:
         return _bn_with_update((x, w, b, rm, rv, momentum, eps), {})[:3]
-    return record(aten.native_batch_norm.default, args, kwargs)
+    out = record(aten.native_batch_norm.default, args[:8], {})
+    if training or rm is None:
+        return _stats_like_input(x, out)
+    empty = record(aten.new_zeros.default, (x, [0]), {})  # as eager: no saved statistics
+    return out[0], empty, empty

@@ -2,7 +2,9 @@
 
 ``to_device`` copies a CPU tensor into a new device-data leaf (``TransferToDevice``);
 ``to_host`` turns a materialized leaf back into a CPU tensor. Running the graph first is the
-executor's part (``executor.to_cpu``). Conversions between torch and device dtypes live here.
+executor's part (``executor.to_cpu``). Values keep their dtype and width on the device
+(``lowering.dtypes``): int64 and float64 are exact, bfloat16 and float8 cross as bit views
+(numpy has no such dtypes; JAX's come from ``ml_dtypes``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import torch
 
 from . import metrics
 from .graph import Node, data_node
-from .lowering import jax_dtype
+from .lowering import BIT_VIEWS, jax_dtype, x64
 from .tensor import LazyTensor, wrap
+
+_NP_BITS = {torch.int16: np.int16, torch.uint8: np.uint8}
 
 
 def to_device(t: torch.Tensor) -> LazyTensor:
@@ -22,15 +26,27 @@ def to_device(t: torch.Tensor) -> LazyTensor:
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    arr = t.resolve_conj().resolve_neg().contiguous().numpy(force=True)
-    arr = arr.astype(jax_dtype(t.dtype), copy=False)
+    jdt = jax_dtype(t.dtype)
+    t = t.resolve_conj().resolve_neg().contiguous()
+    bits = BIT_VIEWS.get(t.dtype)
+    arr = t.view(bits).numpy().view(jdt) if bits is not None else t.numpy()
     metrics.counter_inc("TransferToDevice")
-    node = data_node(jax.device_put(arr), t.dtype)
+    # a private copy: JAX reads the host buffer asynchronously (on CPU it may even keep it as
+    # the device buffer), so the tensor's own memory could change under it afterwards
+    with x64():
+        data = jax.device_put(np.array(arr, copy=True))
+    node = data_node(data, t.dtype)
     return wrap(torch.empty(t.shape, dtype=t.dtype, device="meta"), (node, 0))
 
 
 def to_host(leaf: Node, dtype: torch.dtype) -> torch.Tensor:
     """A CPU tensor of logical dtype ``dtype`` from a device-data leaf (``TransferFromDevice``)."""
     metrics.counter_inc("TransferFromDevice")
-    out = torch.from_numpy(np.array(leaf.data))
-    return out.to(dtype) if out.dtype != dtype else out
+    arr = np.array(leaf.data)
+    bits = BIT_VIEWS.get(dtype)
+    if bits is not None:
+        return torch.from_numpy(arr.view(_NP_BITS[bits])).view(dtype)
+    out = torch.from_numpy(arr)
+    if out.dtype != dtype:
+        raise RuntimeError(f"xlacache.lazy: device value of dtype {arr.dtype} for a {dtype} tensor")
+    return out

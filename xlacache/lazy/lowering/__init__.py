@@ -10,22 +10,54 @@ promotion. Ops not in the table are decomposed with PyTorch's decompositions fir
 A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 
 ==================  ==============================================================
-``elementwise``     arithmetic, comparisons, logical/bitwise, unary math, activations
+``elementwise``     arithmetic, comparisons, logical/bitwise, rounding, unary math
+``activations``     relu, gelu, silu, elu, softplus, hardtanh, ... and their backward ops
 ``factories``       zeros/ones/full/arange/eye/linspace, ``*_like``, ``new_*``, casts
 ``reductions``      sum/mean/prod/extrema/var/std/norms/cumulative, sort, topk
 ``shapes``          views and reshapes, their ``*_scatter`` inverses, cat/stack, pad
 ``indexing``        index/index_put, gather/scatter, masked_fill, embedding
 ``linalg``          matrix products
+``solvers``         Cholesky/LU/QR/SVD/eigh, solves, inverses, determinants
 ``nn``              softmax, layer/batch norm, losses
 ``conv``            convolution and pooling
+``resample``        interpolation and padding backward ops
+``special_fns``     gamma/erf/Bessel/zeta families, orthogonal polynomials
+``spectral``        complex numbers (``complex``, ``polar``, real/complex views), FFTs
 ``random``          random draws (``lower_random``; not in the table: one ``random`` node)
 ==================  ==============================================================
+
+``dtypes`` holds the torch <-> JAX dtype map (same widths: int64 stays int64), torch's
+conversion rules (``cast``) and ``x64()``, the scope the runtime lowers and runs in.
 """
 
 from __future__ import annotations
 
-from . import conv, elementwise, factories, indexing, linalg, nn, reductions, shapes  # noqa: F401
+from . import (  # noqa: F401
+    activations,
+    conv,
+    elementwise,
+    factories,
+    indexing,
+    linalg,
+    nn,
+    reductions,
+    resample,
+    shapes,
+    solvers,
+    special_fns,
+    spectral,
+)
+from .dtypes import BIT_VIEWS, cast, jax_dtype, x64
 from .random import lower_random
-from .registry import LOWERINGS, STATIC_SCALAR_OPS, jax_dtype, reg
+from .registry import LOWERINGS, STATIC_SCALAR_OPS, reg
 
-__all__ = ["LOWERINGS", "STATIC_SCALAR_OPS", "jax_dtype", "lower_random", "reg"]
+__all__ = [
+    "BIT_VIEWS",
+    "LOWERINGS",
+    "STATIC_SCALAR_OPS",
+    "cast",
+    "jax_dtype",
+    "lower_random",
+    "reg",
+    "x64",
+]

@@ -4,6 +4,7 @@ ops, the backward ones as ``jax.vjp`` of the forward lowering.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .registry import reg, upcast
+from .registry import lowest, reg, upcast
 
 aten = torch.ops.aten
 
@@ -21,6 +22,11 @@ aten = torch.ops.aten
 def _conv_dn(nd: int) -> tuple[str, str, str]:
     sp = "DHW"[3 - nd :]
     return ("NC" + sp, "OI" + sp, "NC" + sp)
+
+
+def _acc(x: Any) -> Any:
+    """bfloat16/float16 convolutions accumulate in float32, as eager's."""
+    return jnp.float32 if x.dtype in (jnp.bfloat16, jnp.float16) else None
 
 
 def _conv(
@@ -48,6 +54,7 @@ def _conv(
             rhs_dilation=tuple(dilation),
             dimension_numbers=dn,
             feature_group_count=groups,
+            preferred_element_type=_acc(x),
         )
     else:
         cin, cout_g = w.shape[0], w.shape[1]
@@ -71,6 +78,7 @@ def _conv(
             rhs_dilation=tuple(dilation),
             dimension_numbers=dn,
             feature_group_count=groups,
+            preferred_element_type=_acc(x),
         )
     if b is not None:
         out = out + b.reshape((1, -1) + (1,) * nd)
@@ -120,7 +128,7 @@ def _maxpool(x: Any, k: Any, s: Any, p: Any, d: Any, ceil: bool) -> Any:
     pads = [(0, 0)] * lead + [
         _pool_pads(x.shape[lead + i], k[i], s[i], p[i], d[i], ceil)[1:] for i in range(nd)
     ]
-    init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else int(jnp.iinfo(x.dtype).min)
+    init = jnp.asarray(lowest(x.dtype), x.dtype)
     return lax.reduce_window(
         x,
         init,
@@ -160,7 +168,7 @@ def _maxpool_idx(
         take = (b[0] > a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))
         return jnp.where(take, b[0], a[0]), jnp.where(take, b[1], a[1])
 
-    init = (jnp.asarray(-jnp.inf, x.dtype), jnp.asarray(0, jnp.int32))
+    init = (jnp.asarray(lowest(x.dtype), x.dtype), jnp.asarray(0, jnp.int32))
     _, idx = lax.reduce_window(
         (x, flat),
         init,
@@ -176,9 +184,15 @@ def _maxpool_idx(
 def _maxpool_bwd(
     nd: int, g: Any, x: Any, k: Any, s: Any, p: Any, d: Any, ceil: bool, idx: Any
 ) -> Any:
-    k, s, p, d = _norm_pool_args(k, s, p, d, nd)
-    _, f = jax.vjp(lambda x: _maxpool(x, k, s, p, d, ceil), x)
-    return f(g.astype(x.dtype))[0]
+    """Each output's gradient goes to the input element the forward picked (its index), as
+    eager does: exact on ties and with any dilation."""
+    lead = x.shape[: x.ndim - nd]
+    batch = math.prod(lead)
+    gl = upcast(g).reshape(batch, -1)
+    il = idx.reshape(batch, -1)
+    out = jnp.zeros((batch, math.prod(x.shape[len(lead) :])), gl.dtype)
+    out = out.at[jnp.arange(batch)[:, None], il].add(gl)
+    return out.reshape(x.shape).astype(x.dtype)
 
 
 for _nd, _fw, _bw in [
@@ -243,9 +257,52 @@ def _adaptive_avg(x: Any, out: Any) -> Any:
 reg(aten._adaptive_avg_pool2d.default, aten._adaptive_avg_pool3d.default)(_adaptive_avg)
 
 
-@reg(aten._adaptive_avg_pool2d_backward.default, aten._adaptive_avg_pool3d_backward.default)
-def _adaptive_avg_bwd(g: Any, x: Any) -> Any:
-    nd = 2 if g.ndim == x.ndim and x.ndim in (3, 4) else 3
+def _adaptive_avg_bwd(nd: int, g: Any, x: Any) -> Any:
     out = g.shape[x.ndim - nd :]
     _, f = jax.vjp(lambda x: _adaptive_avg(x, out), x)
     return f(g.astype(x.dtype))[0]
+
+
+def _window_mask(L: int, o: int) -> np.ndarray:
+    """(o, L): which input positions each adaptive-pooling window covers."""
+    m = np.zeros((o, L), bool)
+    for i in range(o):
+        m[i, (i * L) // o : -(-((i + 1) * L) // o)] = True
+    return m
+
+
+def _adaptive_max(x: Any, out: Any) -> tuple[Any, Any]:
+    """Adaptive max pooling, one spatial axis at a time (a max over a box is separable); the
+    index is the first maximum in row-major order, as eager's."""
+    nd = len(out)
+    lead = x.ndim - nd
+    sp = x.shape[lead:]
+    low = lowest(x.dtype)
+    val = x
+    flat = jnp.broadcast_to(jnp.arange(int(np.prod(sp)), dtype=jnp.int64).reshape(sp), x.shape)
+    for i in reversed(range(nd)):  # innermost axis first
+        ax = lead + i
+        m = jnp.asarray(_window_mask(sp[i], out[i]))  # (o, L)
+        v = jnp.moveaxis(val, ax, -1)[..., None, :]  # (..., 1, L)
+        f = jnp.moveaxis(flat, ax, -1)[..., None, :]
+        masked = jnp.where(m, v, low)
+        pick = jnp.argmax(masked, axis=-1)
+        val = jnp.moveaxis(jnp.take_along_axis(masked, pick[..., None], -1)[..., 0], -1, ax)
+        fb = jnp.broadcast_to(f, masked.shape)
+        flat = jnp.moveaxis(jnp.take_along_axis(fb, pick[..., None], -1)[..., 0], -1, ax)
+    return val, flat
+
+
+reg(aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default)(_adaptive_max)
+
+
+reg(aten.adaptive_max_pool2d_backward.default)(
+    lambda g, x, idx: _maxpool_bwd(2, g, x, (), (), (), (), False, idx)
+)
+reg(aten.adaptive_max_pool3d_backward.default)(
+    lambda g, x, idx: _maxpool_bwd(3, g, x, (), (), (), (), False, idx)
+)
+
+
+reg(aten._adaptive_avg_pool2d_backward.default)(partial(_adaptive_avg_bwd, 2))
+reg(aten._adaptive_avg_pool3d_backward.default)(partial(_adaptive_avg_bwd, 3))

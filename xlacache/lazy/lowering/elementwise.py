@@ -1,10 +1,14 @@
-"""Elementwise ops: arithmetic, comparisons, logical/bitwise, unary math, activations and
-their backward ops.
+"""Elementwise ops: arithmetic, comparisons, logical/bitwise, rounding and unary math.
+
+Binary ops compute in torch's result type (``dtypes.promote``), not JAX's: eager promotes a
+tensor with a 0-d tensor or a Python number differently, and under x64 JAX would compute int64
+with a Python float in float64. Float math on integers works on the default float dtype
+(``dtypes.floating``), as eager's ``sin(int_tensor)`` does.
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -12,35 +16,140 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .registry import reg, scaled, upcast
+from .dtypes import floating, promote, result_dtype
+from .registry import reg_opmath, scaled
 
 aten = torch.ops.aten
+reg = reg_opmath  # bfloat16/float16 math in float32, as eager
+prims = torch.ops.prims
+Fn = Callable[..., Any]
 
-reg(aten.add.Tensor, aten.add.Scalar)(lambda a, b, alpha=1: a + scaled(b, alpha))
-reg(aten.sub.Tensor, aten.sub.Scalar)(lambda a, b, alpha=1: a - scaled(b, alpha))
-reg(aten.rsub.Tensor, aten.rsub.Scalar)(lambda a, b, alpha=1: b - scaled(a, alpha))
-reg(aten.mul.Tensor, aten.mul.Scalar)(lambda a, b: a * b)
-reg(aten.div.Tensor, aten.div.Scalar)(lambda a, b: jnp.true_divide(a, b))
+
+def binary(fn: Fn) -> Fn:
+    """``fn`` on its first two arguments cast to torch's result type."""
+
+    def lowered(a: Any, b: Any, *rest: Any, **kw: Any) -> Any:
+        a, b = promote(a, b)
+        return fn(a, b, *rest, **kw)
+
+    return lowered
+
+
+def float_binary(fn: Fn) -> Fn:
+    """``fn`` on its first two arguments promoted, integers as the default float dtype."""
+
+    def lowered(a: Any, b: Any, *rest: Any, **kw: Any) -> Any:
+        a, b = promote(a, b)
+        return fn(floating(a) if isinstance(a, jax.Array) else a, b, *rest, **kw)
+
+    return lowered
+
+
+def float_unary(fn: Fn) -> Fn:
+    return lambda x, *a, **k: fn(floating(x), *a, **k)
+
+
+def _ovs(name: str, *overloads: str) -> list[Any]:
+    packet = getattr(aten, name)
+    return [getattr(packet, o) for o in overloads if o in packet.overloads()]
+
+
+reg(aten.add.Tensor, aten.add.Scalar)(binary(lambda a, b, alpha=1: a + scaled(b, alpha)))
+reg(aten.sub.Tensor, aten.sub.Scalar)(binary(lambda a, b, alpha=1: a - scaled(b, alpha)))
+reg(aten.rsub.Tensor, aten.rsub.Scalar)(binary(lambda a, b, alpha=1: b - scaled(a, alpha)))
+reg(aten.mul.Tensor, aten.mul.Scalar)(binary(lambda a, b: a * b))
 
 
 @reg(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(a: Any, b: Any, rounding_mode: str | None = None) -> Any:
+    a, b = promote(a, b)
     if rounding_mode is None:
-        return jnp.true_divide(a, b)
+        return jnp.true_divide(floating(a), b)
     if rounding_mode == "floor":
+        return _floor_divide(a, b)
+    if jnp.issubdtype(a.dtype, jnp.integer):
+        a, b = jnp.broadcast_arrays(a, jnp.asarray(b, a.dtype))
+        return lax.div(a, b)  # truncates, exactly (a float quotient would round int64)
+    return jnp.trunc(jnp.true_divide(a, b))
+
+
+reg(aten.div.Tensor, aten.div.Scalar)(lambda a, b: _div_mode(a, b))
+reg(prims.div.default)(  # truncates integers
+    lambda a, b: _div_mode(a, b, "trunc" if jnp.issubdtype(a.dtype, jnp.integer) else None)
+)
+
+
+def _floor_divide(a: Any, b: Any) -> Any:
+    if jnp.issubdtype(jnp.asarray(a).dtype, jnp.integer):
         return jnp.floor_divide(a, b)
-    q = jnp.true_divide(a, b)
-    ints = jnp.issubdtype(jnp.result_type(a), jnp.integer)
-    return jnp.trunc(q).astype(jnp.result_type(a)) if ints else jnp.trunc(q)
+    # eager's div_floor_floating: floor of the exact quotient, via fmod
+    mod = jnp.fmod(a, b)
+    div = (a - mod) / b
+    div = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    fl = jnp.floor(div)
+    fl = jnp.where(div - fl > 0.5, fl + 1, fl)
+    return jnp.where(b == 0, a / b, jnp.where(div == 0, jnp.copysign(0.0, a / b), fl))
 
 
-reg(aten.remainder.Tensor, aten.remainder.Scalar)(lambda a, b: jnp.remainder(a, b))
-reg(aten.fmod.Tensor, aten.fmod.Scalar)(lambda a, b: jnp.fmod(a, b))
-reg(aten.floor_divide.default, aten.floor_divide.Scalar)(lambda a, b: jnp.floor_divide(a, b))
-reg(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)(lambda a, b: jnp.power(a, b))
-reg(aten.maximum.default)(jnp.maximum)
-reg(aten.minimum.default)(jnp.minimum)
-reg(aten.atan2.default)(jnp.arctan2)
+reg(aten.floor_divide.default, aten.floor_divide.Scalar)(binary(_floor_divide))
+reg(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)(
+    binary(jnp.remainder)
+)
+reg(aten.fmod.Tensor, aten.fmod.Scalar)(binary(jnp.fmod))
+
+
+@reg(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(a: Any, b: Any) -> Any:
+    dt = result_dtype(a, b)
+    a, b = promote(a, b)
+    if not jnp.issubdtype(dt, jnp.integer):
+        return jnp.power(a, b)
+    # eager's powi: square-and-multiply, wrapping like the integer type; negative exponents
+    # give 0 except for bases 1 and -1
+    a, b = jnp.broadcast_arrays(jnp.asarray(a, dt), jnp.asarray(b, dt))
+
+    def step(_: Any, st: tuple) -> tuple:
+        r, base, e = st
+        return jnp.where(e & 1, r * base, r), base * base, e >> 1
+
+    init = (jnp.ones_like(a), a, jnp.where(b < 0, 0, b))
+    r = lax.fori_loop(0, jnp.iinfo(a.dtype).bits, step, init)[0]
+    neg = jnp.where(a == 1, 1, jnp.where(a == -1, jnp.where(b % 2 == 0, 1, -1), 0))
+    return jnp.where(b < 0, neg.astype(a.dtype), r)
+
+
+reg(aten.float_power.Tensor_Tensor, aten.float_power.Tensor_Scalar, aten.float_power.Scalar)(
+    lambda a, b: jnp.power(
+        *(
+            v.astype(jnp.complex128 if jnp.iscomplexobj(v) else jnp.float64)
+            if isinstance(v, jax.Array)
+            else v
+            for v in (a, b)
+        )
+    )
+)
+reg(aten.maximum.default)(binary(jnp.maximum))
+reg(aten.minimum.default)(binary(jnp.minimum))
+reg(aten.fmax.default, prims.fmax.default)(binary(jnp.fmax))
+reg(aten.fmin.default, prims.fmin.default)(binary(jnp.fmin))
+reg(aten.atan2.default)(float_binary(jnp.arctan2))
+reg(aten.hypot.default, prims.hypot.default)(float_binary(jnp.hypot))
+reg(aten.copysign.Tensor, aten.copysign.Scalar)(float_binary(jnp.copysign))
+reg(aten.nextafter.default, prims.nextafter.default)(binary(jnp.nextafter))
+reg(aten.logaddexp.default)(float_binary(jnp.logaddexp))
+reg(aten.logaddexp2.default)(float_binary(jnp.logaddexp2))
+reg(aten.heaviside.default)(binary(lambda x, v: jnp.where(x == 0, v, (x > 0).astype(x.dtype))))
+reg(aten.gcd.default)(binary(jnp.gcd))
+reg(aten.lcm.default)(binary(jnp.lcm))
+
+
+@reg(*_ovs("xlogy", "Tensor", "Scalar_Self", "Scalar_Other"))
+def _xlogy(x: Any, y: Any) -> Any:
+    x, y = promote(x, y)
+    x, y = floating(jnp.asarray(x)), floating(jnp.asarray(y))
+    return jnp.where(jnp.isnan(y), jnp.nan, jnp.where(x == 0, 0, x * jnp.log(y)))
+
+
 for _n, _f2 in [
     ("eq", jnp.equal),
     ("ne", jnp.not_equal),
@@ -50,7 +159,7 @@ for _n, _f2 in [
     ("ge", jnp.greater_equal),
 ]:
     _p = getattr(aten, _n)
-    reg(_p.Tensor, _p.Scalar)(_f2)
+    reg(_p.Tensor, _p.Scalar)(binary(_f2))
 for _n, _f2 in [
     ("logical_and", jnp.logical_and),
     ("logical_or", jnp.logical_or),
@@ -62,27 +171,130 @@ for _n, _f2 in [
     ("bitwise_or", jnp.bitwise_or),
     ("bitwise_xor", jnp.bitwise_xor),
 ]:
-    reg(getattr(aten, _n).Tensor, getattr(aten, _n).Scalar)(_f2)
+    reg(*_ovs(_n, "Tensor", "Scalar", "Scalar_Tensor"))(binary(_f2))
+
+
+def _shift(left: bool) -> Fn:
+    def fn(a: Any, b: Any) -> Any:
+        dt = result_dtype(a, b)
+        a, b = (jnp.asarray(v, dt) for v in promote(a, b))
+        bits = jnp.iinfo(a.dtype).bits
+        out = lax.shift_left(a, b) if left else lax.shift_right_arithmetic(a, b)
+        big = (b < 0) | (b >= bits)  # eager: shifting by the width or more gives 0 (or -1)
+        fill = jnp.zeros_like(out) if left else jnp.where(a < 0, -1, 0).astype(a.dtype)
+        return jnp.where(big, fill, out)
+
+    return fn
+
+
+reg(*_ovs("bitwise_left_shift", "Tensor", "Tensor_Scalar", "Scalar_Tensor"))(_shift(True))
+reg(*_ovs("bitwise_right_shift", "Tensor", "Tensor_Scalar", "Scalar_Tensor"))(_shift(False))
+reg(aten.__lshift__.Tensor, aten.__lshift__.Scalar)(_shift(True))
+reg(aten.__rshift__.Tensor, aten.__rshift__.Scalar)(_shift(False))
 reg(aten.bitwise_not.default)(jnp.invert)
-reg(aten.where.self)(lambda c, a, b: jnp.where(c, a, b))
-reg(aten.where.ScalarSelf)(lambda c, a, b: jnp.where(c, a, b))
-reg(aten.where.ScalarOther)(lambda c, a, b: jnp.where(c, a, b))
+
+
+def _where(c: Any, a: Any, b: Any) -> Any:
+    a, b = promote(a, b)
+    return jnp.where(c, a, b)
+
+
+reg(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)(_where)
+reg(prims.where.default)(_where)
 
 
 @reg(aten.clamp.default, aten.clamp.Tensor)
 def _clamp(x: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A002
-    if min is not None:
-        x = jnp.maximum(x, min)
-    if max is not None:
-        x = jnp.minimum(x, max)
+    x, lo, hi = promote(x, min, max)
+    if lo is not None:
+        x = jnp.where(jnp.isnan(x), x, jnp.maximum(x, lo))
+    if hi is not None:
+        x = jnp.where(jnp.isnan(x), x, jnp.minimum(x, hi))
     return x
 
 
-reg(aten.clamp_min.default, aten.clamp_min.Tensor)(lambda x, m: jnp.maximum(x, m))
-reg(aten.clamp_max.default, aten.clamp_max.Tensor)(lambda x, m: jnp.minimum(x, m))
+reg(aten.clamp_min.default, aten.clamp_min.Tensor)(lambda x, m: _clamp(x, m, None))
+reg(aten.clamp_max.default, aten.clamp_max.Tensor)(lambda x, m: _clamp(x, None, m))
 
-_UNARY = {
+
+@reg(aten.lerp.Scalar, aten.lerp.Tensor)
+def _lerp(a: Any, b: Any, w: Any) -> Any:
+    a, b, w = promote(a, b, w)
+    return jnp.where(jnp.abs(w) < 0.5, a + w * (b - a), b - (b - a) * (1 - w))
+
+
+@reg(aten.addcmul.default)
+def _addcmul(s: Any, a: Any, b: Any, value: Any = 1) -> Any:
+    s, a, b = promote(s, a, b)
+    return s + value * a * b
+
+
+@reg(aten.addcdiv.default)
+def _addcdiv(s: Any, a: Any, b: Any, value: Any = 1) -> Any:
+    s, a, b = promote(s, a, b)
+    return s + value * (a / b)
+
+
+@reg(aten.nan_to_num.default)
+def _nan_to_num(x: Any, nan: Any = None, posinf: Any = None, neginf: Any = None) -> Any:
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    return jnp.nan_to_num(x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf)
+
+
+def _round(x: Any, decimals: int = 0) -> Any:
+    if decimals == 0 or not jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.round(x)
+    ten = float(10 ** abs(decimals))  # eager: nearbyint(x * 10^d) / 10^d, or (x / 10^-d) * 10^-d
+    return jnp.round(x * ten) / ten if decimals > 0 else jnp.round(x / ten) * ten
+
+
+reg(aten.round.default, aten.round.decimals)(_round)
+
+
+def _signbit(x: Any) -> Any:
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.signbit(x)
+    return x < 0 if jnp.issubdtype(x.dtype, jnp.signedinteger) else jnp.zeros(x.shape, bool)
+
+
+def _frac(x: Any) -> Any:
+    return x - jnp.trunc(x)
+
+
+def _sign(x: Any) -> Any:
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        a = jnp.abs(x)
+        return jnp.where(a == 0, 0, x / jnp.where(a == 0, 1, a)).astype(x.dtype)
+    if x.dtype == jnp.bool_:
+        return x
+    return jnp.sign(x)
+
+
+_SAME = {  # result in the input's dtype
     "neg": jnp.negative,
+    "abs": jnp.abs,
+    "sign": _sign,
+    "sgn": _sign,
+    "floor": jnp.floor,
+    "ceil": jnp.ceil,
+    "trunc": jnp.trunc,
+    "fix": jnp.trunc,
+    "frac": _frac,
+    "square": jnp.square,
+    "logical_not": jnp.logical_not,
+    "isnan": jnp.isnan,
+    "isinf": jnp.isinf,
+    "isfinite": jnp.isfinite,
+    "isposinf": jnp.isposinf,
+    "isneginf": jnp.isneginf,
+    "signbit": _signbit,
+    "clone": lambda x, memory_format=None: x,
+    "alias": lambda x: x,
+    "lift_fresh_copy": lambda x: x,
+    "positive": lambda x: x,
+}
+_FLOAT = {  # float math: integers are computed as the default float dtype
     "exp": jnp.exp,
     "exp2": jnp.exp2,
     "log": jnp.log,
@@ -92,9 +304,6 @@ _UNARY = {
     "expm1": jnp.expm1,
     "sqrt": jnp.sqrt,
     "rsqrt": lax.rsqrt,
-    "abs": jnp.abs,
-    "sign": jnp.sign,
-    "sgn": jnp.sign,
     "sin": jnp.sin,
     "cos": jnp.cos,
     "tan": jnp.tan,
@@ -104,86 +313,35 @@ _UNARY = {
     "sinh": jnp.sinh,
     "cosh": jnp.cosh,
     "tanh": jnp.tanh,
+    "asinh": jnp.arcsinh,
+    "acosh": jnp.arccosh,
+    "atanh": jnp.arctanh,
     "sigmoid": jax.nn.sigmoid,
-    "relu": jax.nn.relu,
     "erf": jax.scipy.special.erf,
+    "erfc": jax.scipy.special.erfc,
     "erfinv": jax.scipy.special.erfinv,
     "reciprocal": jnp.reciprocal,
-    "floor": jnp.floor,
-    "ceil": jnp.ceil,
-    "round": jnp.round,
-    "trunc": jnp.trunc,
-    "frac": lambda x: x - jnp.trunc(x),
-    "logical_not": jnp.logical_not,
-    "isnan": jnp.isnan,
-    "isinf": jnp.isinf,
-    "isfinite": jnp.isfinite,
-    "silu": jax.nn.silu,
-    "mish": lambda x: x * jnp.tanh(jax.nn.softplus(x)),
-    "hardswish": jax.nn.hard_swish,
-    "hardsigmoid": jax.nn.hard_sigmoid,
-    "clone": lambda x, memory_format=None: x,
-    "alias": lambda x: x,
-    "lift_fresh_copy": lambda x: x,
-    "positive": lambda x: x,
+    "sinc": jnp.sinc,
+    "deg2rad": jnp.deg2rad,
+    "rad2deg": jnp.rad2deg,
 }
-for _n, _f2 in _UNARY.items():
-    reg(getattr(aten, _n).default)(_f2)
-reg(aten.round.decimals)(lambda x, decimals=0: jnp.round(x, decimals))
+for _n, _f1 in _SAME.items():
+    reg(getattr(aten, _n).default)(_f1)
+for _n, _f1 in _FLOAT.items():
+    reg(getattr(aten, _n).default)(float_unary(_f1))
+for _n in ("abs", "neg", "signbit", "erfc", "asinh", "acosh", "atanh"):
+    reg(getattr(prims, _n).default)(_SAME.get(_n) or float_unary(_FLOAT[_n]))
 
 
-@reg(aten.gelu.default)
-def _gelu(x: Any, approximate: str = "none") -> Any:
-    return jax.nn.gelu(x, approximate=approximate == "tanh")
+@reg(aten.logit.default)
+def _logit(x: Any, eps: Any = None) -> Any:
+    x = floating(x)
+    if eps is not None:
+        x = jnp.clip(x, eps, 1 - eps)
+    return jnp.log(x / (1 - x))
 
 
-reg(aten.hardtanh.default)(lambda x, lo=-1.0, hi=1.0: jnp.clip(x, lo, hi))
-reg(aten.leaky_relu.default)(lambda x, s=0.01: jnp.where(x > 0, x, x * s))
-reg(aten.elu.default)(
-    lambda x, alpha=1.0, scale=1.0, input_scale=1.0: (
-        scale * jnp.where(x > 0, x, alpha * jnp.expm1(x * input_scale))
-    )
-)
-reg(aten.softplus.default)(
-    lambda x, beta=1.0, threshold=20.0: jnp.where(
-        x * beta > threshold, x, jnp.log1p(jnp.exp(x * beta)) / beta
-    )
-)
-reg(aten.lerp.Scalar, aten.lerp.Tensor)(lambda a, b, w: a + w * (b - a))
-reg(aten.addcmul.default)(lambda s, a, b, value=1: s + value * a * b)
-reg(aten.addcdiv.default)(lambda s, a, b, value=1: s + value * a / b)
-reg(aten.nan_to_num.default)(
-    lambda x, nan=None, posinf=None, neginf=None: jnp.nan_to_num(
-        x, nan=0.0 if nan is None else nan, posinf=posinf, neginf=neginf
-    )
-)
-reg(aten.threshold_backward.default)(lambda g, x, t: jnp.where(x <= t, 0, g))
-reg(aten.sigmoid_backward.default)(lambda g, y: g * y * (1 - y))
-reg(aten.tanh_backward.default)(lambda g, y: g * (1 - y * y))
-reg(aten.threshold.default)(lambda x, t, v: jnp.where(x <= t, v, x))
-
-
-@reg(aten.gelu_backward.default)
-def _gelu_bwd(g: Any, x: Any, approximate: str = "none") -> Any:
-    # torch's formulas (GeluBackward), not jax.vjp: no re-trace of the forward per node
-    xf = upcast(x)
-    if approximate == "tanh":
-        beta, kappa = math.sqrt(2.0 / math.pi), 0.044715
-        x2 = xf * xf
-        th = jnp.tanh(beta * (xf + kappa * x2 * xf))
-        d = 0.5 * (1 + th) + 0.5 * xf * (1 - th * th) * beta * (1 + 3 * kappa * x2)
-    else:
-        cdf = 0.5 * (1 + lax.erf(xf * (1 / math.sqrt(2.0))))
-        pdf = jnp.exp(-0.5 * xf * xf) * (1 / math.sqrt(2.0 * math.pi))
-        d = cdf + xf * pdf
-    return (upcast(g) * d).astype(x.dtype)
-
-
-@reg(aten.silu_backward.default)
-def _silu_bwd(g: Any, x: Any) -> Any:
-    s = jax.nn.sigmoid(upcast(x))
-    return (upcast(g) * s * (1 + upcast(x) * (1 - s))).astype(x.dtype)
-
-
-reg(aten.hardtanh_backward.default)(lambda g, x, lo, hi: jnp.where((x <= lo) | (x >= hi), 0, g))
-reg(aten.leaky_relu_backward.default)(lambda g, x, s, self_is_result: jnp.where(x > 0, g, g * s))
+@reg(aten.frexp.Tensor)
+def _frexp(x: Any) -> Any:
+    m, e = jnp.frexp(x)
+    return m, e.astype(jnp.int32)

@@ -9,7 +9,7 @@ from typing import Any
 import jax.numpy as jnp
 import torch
 
-from .registry import norm_dim, reg
+from .registry import highest, lowest, norm_dim, reg, scalar_as_vector
 
 aten = torch.ops.aten
 
@@ -31,23 +31,21 @@ def _scatter_idx(index: Any, dim: int) -> tuple:
     return tuple(index if d == dim else g for d, g in enumerate(grids))
 
 
-@reg(aten.scatter.src, aten.scatter.value)
+@reg(aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce)
 def _scatter(x: Any, dim: int, index: Any, src: Any, reduce: Any = None) -> Any:
     ax = norm_dim(dim, x.ndim)
-    idx = _scatter_idx(index, ax)
     if hasattr(src, "ndim") and src.ndim:
         src = src[tuple(slice(0, n) for n in index.shape)]
-    if reduce == "add":
-        return x.at[idx].add(src)
-    if reduce == "multiply":
-        return x.at[idx].multiply(src)
-    return x.at[idx].set(src)
+    else:
+        src = jnp.broadcast_to(jnp.asarray(src).astype(x.dtype), index.shape)
+    if reduce is not None:
+        return _scatter_reduce(x, ax, index, src, {"add": "sum", "multiply": "prod"}[reduce])
+    return x.at[_scatter_idx(index, ax)].set(src.astype(x.dtype))
 
 
 @reg(aten.scatter_add.default)
 def _scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
-    ax = norm_dim(dim, x.ndim)
-    return x.at[_scatter_idx(index, ax)].add(src[tuple(slice(0, n) for n in index.shape)])
+    return _scatter_reduce(x, dim, index, src, "sum")
 
 
 @reg(aten.scatter_reduce.two)
@@ -57,21 +55,28 @@ def _scatter_reduce(
     ax = norm_dim(dim, x.ndim)
     idx = _scatter_idx(index, ax)
     src = src[tuple(slice(0, n) for n in index.shape)]
+    dtype = x.dtype
+    if dtype == jnp.bool_:  # eager: sum is "or", prod is "and" (computed here as integers)
+        x, src = x.astype(jnp.int32), src.astype(jnp.int32)
+    src = src.astype(x.dtype)
     if reduce == "sum":
+        out = (x if include_self else x.at[idx].set(0)).at[idx].add(src)
+    elif reduce == "amax":
+        out = (x if include_self else x.at[idx].set(lowest(x.dtype))).at[idx].max(src)
+    elif reduce == "amin":
+        out = (x if include_self else x.at[idx].set(highest(x.dtype))).at[idx].min(src)
+    elif reduce == "prod":
+        out = (x if include_self else x.at[idx].set(1)).at[idx].multiply(src)
+    elif reduce == "mean":
         base = x if include_self else x.at[idx].set(0)
-        return base.at[idx].add(src)
-    if reduce in ("amax", "amin"):
-        fill = -jnp.inf if reduce == "amax" else jnp.inf
-        base = x if include_self else x.at[idx].set(fill)
-        return base.at[idx].max(src) if reduce == "amax" else base.at[idx].min(src)
-    if reduce == "prod":
-        base = x if include_self else x.at[idx].set(1)
-        return base.at[idx].multiply(src)
-    if reduce == "mean":
-        base = x if include_self else x.at[idx].set(0)
-        cnt = jnp.ones_like(x).at[idx].add(1) if include_self else jnp.zeros_like(x).at[idx].add(1)
-        return base.at[idx].add(src) / jnp.maximum(cnt, 1)
-    raise NotImplementedError(f"scatter_reduce {reduce}")
+        cnt = jnp.zeros_like(x).at[idx].add(1) + (1 if include_self else 0)
+        total = base.at[idx].add(src)
+        cnt = jnp.maximum(cnt, 1)
+        ints = jnp.issubdtype(x.dtype, jnp.integer)
+        out = jnp.floor_divide(total, cnt) if ints else total / cnt
+    else:
+        raise NotImplementedError(f"scatter_reduce {reduce}")
+    return out != 0 if dtype == jnp.bool_ else out
 
 
 def _index_tuple(indices: Any) -> tuple:
@@ -89,6 +94,8 @@ def _index_put(x: Any, indices: Any, values: Any, accumulate: bool = False) -> A
         v = values.reshape(()) if values.size == 1 else values
         return jnp.where(m, x + v if accumulate else v, x).astype(x.dtype)
     idx = _index_tuple(ids)
+    if accumulate and x.dtype == jnp.bool_:  # eager: "or"
+        return x.astype(jnp.int32).at[idx].add(values.astype(jnp.int32)) != 0
     values = values.astype(x.dtype)
     return x.at[idx].add(values) if accumulate else x.at[idx].set(values)
 
@@ -111,3 +118,107 @@ def _embedding_bwd(g: Any, idx: Any, num_weights: int, padding_idx: int, scale: 
         cnt = jnp.zeros((num_weights,), gg.dtype).at[flat].add(1)
         gg = gg / cnt[flat][:, None]
     return jnp.zeros((num_weights, d), gg.dtype).at[flat].add(gg)
+
+
+@reg(aten.index_reduce.default)
+def _index_reduce(
+    x: Any, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True
+) -> Any:
+    ax = norm_dim(dim, x.ndim)
+    shape = [1] * src.ndim
+    shape[ax] = -1
+    full = jnp.broadcast_to(index.reshape(shape), src.shape)
+    return _scatter_reduce(x, ax, full, src, reduce, include_self)
+
+
+def _flat_index(x: Any, index: Any) -> Any:
+    return jnp.where(index < 0, index + x.size, index)  # eager wraps negative indices
+
+
+reg(aten.take.default)(lambda x, index: x.reshape(-1)[_flat_index(x, index)])
+
+
+@reg(aten.put.default)
+def _put(x: Any, index: Any, src: Any, accumulate: bool = False) -> Any:
+    flat, i, v = x.reshape(-1), _flat_index(x, index).reshape(-1), src.reshape(-1)
+    if accumulate and x.dtype == jnp.bool_:
+        out = flat.astype(jnp.int32).at[i].add(v.astype(jnp.int32)) != 0
+    else:
+        out = flat.at[i].add(v.astype(x.dtype)) if accumulate else flat.at[i].set(v.astype(x.dtype))
+    return out.reshape(x.shape)
+
+
+@reg(aten.masked_scatter.default)
+def _masked_scatter(x: Any, mask: Any, src: Any) -> Any:
+    """The masked positions take ``src``'s elements in order."""
+    m = jnp.broadcast_to(mask, x.shape)
+    pos = jnp.cumsum(m.reshape(-1).astype(jnp.int64)) - 1
+    vals = src.reshape(-1)[jnp.clip(pos, 0, max(src.size - 1, 0))].reshape(x.shape)
+    return jnp.where(m, vals.astype(x.dtype), x)
+
+
+@reg(aten.nonzero_static.default)
+def _nonzero_static(x: Any, *, size: int, fill_value: int = -1) -> Any:
+    if x.ndim == 0:
+        return jnp.zeros((size, 0), jnp.int64)
+    return jnp.stack(jnp.nonzero(x, size=size, fill_value=fill_value), axis=-1)
+
+
+def _count_before(seq: Any, x: Any, right: bool) -> Any:
+    """How many of the sorted ``seq`` (last axis) go before each ``x`` (NaN sorts last)."""
+    floats = jnp.issubdtype(jnp.result_type(seq, x), jnp.inexact)
+    if right:
+        before = seq[..., None, :] <= x[..., :, None]
+        if floats:
+            before = before | jnp.isnan(x)[..., :, None]
+    else:
+        before = seq[..., None, :] < x[..., :, None]
+        if floats:
+            before = before | (jnp.isnan(x)[..., :, None] & ~jnp.isnan(seq)[..., None, :])
+    return jnp.sum(before, axis=-1)
+
+
+@reg(aten.searchsorted.Tensor, aten.searchsorted.Scalar)
+def _searchsorted(
+    seq: Any,
+    x: Any,
+    *,
+    out_int32: bool = False,
+    right: bool = False,
+    side: Any = None,
+    sorter: Any = None,
+) -> Any:
+    right = right or side == "right"
+    if sorter is not None:
+        seq = jnp.take_along_axis(seq, sorter, -1)
+    x = jnp.asarray(x)
+    scalar = x.ndim == 0
+    if seq.ndim == 1:
+        out = _count_before(seq, x.reshape(1, -1), right).reshape(x.shape)
+    else:
+        out = _count_before(seq, x if not scalar else x.reshape(1), right)
+    return out
+
+
+@reg(aten.bucketize.Tensor, aten.bucketize.Scalar)
+def _bucketize(x: Any, boundaries: Any, *, out_int32: bool = False, right: bool = False) -> Any:
+    x = jnp.asarray(x)
+    return _count_before(boundaries, x.reshape(1, -1), right).reshape(x.shape)
+
+
+@reg(aten.isin.Tensor_Tensor, aten.isin.Tensor_Scalar, aten.isin.Scalar_Tensor)
+def _isin(x: Any, test: Any, *, assume_unique: bool = False, invert: bool = False) -> Any:
+    x, test = jnp.asarray(x), jnp.asarray(test).reshape(-1)
+    found = jnp.any(x[..., None] == test, axis=-1)
+    return ~found if invert else found
+
+
+scalar_as_vector(
+    aten.index_select.default,
+    aten.gather.default,
+    aten.scatter.src,
+    aten.scatter.value,
+    aten.scatter_add.default,
+    aten.scatter_reduce.two,
+    aten.index_reduce.default,
+)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 from jax import lax
 
-from .registry import norm_dim, reg, upcast
+from .registry import norm_dim, reg, reg_opmath, scalar_as_vector, upcast
 
 aten = torch.ops.aten
 
@@ -22,10 +24,10 @@ reg(aten._softmax.default)(_softmax_fn)
 reg(aten._log_softmax.default)(
     lambda x, dim, half_to_float=False: jax.nn.log_softmax(upcast(x), axis=norm_dim(dim, x.ndim))
 )
-reg(aten._softmax_backward_data.default)(
+reg_opmath(aten._softmax_backward_data.default)(
     lambda g, y, dim, dt: y * (g - jnp.sum(g * y, axis=norm_dim(dim, y.ndim), keepdims=True))
 )
-reg(aten._log_softmax_backward_data.default)(
+reg_opmath(aten._log_softmax_backward_data.default)(
     lambda g, y, dim, dt: g - jnp.exp(y) * jnp.sum(g, axis=norm_dim(dim, y.ndim), keepdims=True)
 )
 
@@ -191,3 +193,103 @@ def _nll_bwd(g: Any, x: Any, t: Any, w: Any, reduction: int, ignore: int, total:
 reg(aten.mse_loss.default)(
     lambda a, b, reduction=1: [lambda d: d, jnp.mean, jnp.sum][reduction](jnp.square(a - b))
 )
+
+
+def _group_norm(x: Any, w: Any, b: Any, n: int, c: int, hw: int, group: int, eps: float) -> Any:
+    xf = upcast(x).reshape(n, group, -1)
+    mean = jnp.mean(xf, axis=-1)
+    var = jnp.mean(jnp.square(xf - mean[..., None]), axis=-1)
+    rstd = lax.rsqrt(var + eps)
+    out = ((xf - mean[..., None]) * rstd[..., None]).reshape(n, c, -1)
+    if w is not None:
+        out = out * upcast(w)[None, :, None]
+    if b is not None:
+        out = out + upcast(b)[None, :, None]
+    return out.reshape(x.shape), mean, rstd
+
+
+reg(aten.native_group_norm.default)(_group_norm)
+
+
+@reg(aten.native_group_norm_backward.default)
+def _group_norm_bwd(
+    g: Any, x: Any, mean: Any, rstd: Any, w: Any, n: int, c: int, hw: int, group: int, mask: Any
+) -> Any:
+    gf = upcast(g).reshape(n, c, -1)
+    mean, rstd = upcast(mean)[..., None], upcast(rstd)[..., None]
+    xhat = ((upcast(x).reshape(n, group, -1) - mean) * rstd).reshape(n, c, -1)
+    wv = jnp.ones((c,), jnp.float32) if w is None else upcast(w)
+    gxhat = (gf * wv[None, :, None]).reshape(n, group, -1)
+    xg = xhat.reshape(n, group, -1)
+    gx = rstd * (
+        gxhat - jnp.mean(gxhat, -1, keepdims=True) - xg * jnp.mean(gxhat * xg, -1, keepdims=True)
+    )
+    gw = jnp.sum(gf * xhat, axis=(0, 2))
+    gb = jnp.sum(gf, axis=(0, 2))
+    return tuple(
+        r if m else None for r, m in zip((gx.reshape(x.shape), gw, gb), mask, strict=False)
+    )
+
+
+def _pairwise(x1: Any, x2: Any, p: float) -> Any:
+    d = jnp.abs(x1[..., :, None, :] - x2[..., None, :, :])
+    if p == 0:
+        return jnp.sum(d != 0, axis=-1).astype(x1.dtype)
+    if p == math.inf:
+        return jnp.max(d, axis=-1, initial=0)
+    if p == 1:
+        return jnp.sum(d, axis=-1)
+    if p == 2:
+        return jnp.sqrt(jnp.sum(d * d, axis=-1))
+    return jnp.sum(d**p, axis=-1) ** (1.0 / p)
+
+
+@reg(aten._cdist_forward.default)
+def _cdist(x1: Any, x2: Any, p: float, compute_mode: Any = None) -> Any:
+    r1, r2 = x1.shape[-2], x2.shape[-2]
+    mm = p == 2 and (compute_mode == 1 or (compute_mode in (None, 0) and (r1 > 25 or r2 > 25)))
+    if not mm:
+        return _pairwise(x1, x2, p)
+    # eager's matrix-product form of the euclidean distance
+    n1 = jnp.sum(x1 * x1, axis=-1, keepdims=True)
+    n2 = jnp.sum(x2 * x2, axis=-1, keepdims=True)
+    a = jnp.concatenate([-2 * x1, n1, jnp.ones_like(n1)], axis=-1)
+    b = jnp.concatenate([x2, jnp.ones_like(n2), n2], axis=-1)
+    return jnp.sqrt(jnp.maximum(a @ jnp.swapaxes(b, -1, -2), 1e-30))
+
+
+@reg(aten._cdist_backward.default)
+def _cdist_bwd(g: Any, x1: Any, x2: Any, p: float, dist: Any) -> Any:
+    return jax.vjp(lambda a: _pairwise(a, x2, p), x1)[1](g)[0]
+
+
+@reg(aten._pdist_forward.default)
+def _pdist(x: Any, p: float = 2) -> Any:
+    i, j = np.triu_indices(x.shape[0], 1)
+    return _pairwise(x, x, p)[i, j]
+
+
+@reg(aten._trilinear.default)
+def _trilinear(
+    i1: Any, i2: Any, i3: Any, e1: Any, e2: Any, e3: Any, sumdim: Any, unroll_dim: int = 1
+) -> Any:
+    def grow(t: Any, dims: Any) -> Any:
+        for d in sorted(dims):
+            t = jnp.expand_dims(t, d)
+        return t
+
+    out = grow(i1, e1) * grow(i2, e2) * grow(i3, e3)
+    return jnp.sum(out, axis=tuple(sumdim)) if len(sumdim) else out
+
+
+scalar_as_vector(
+    aten._softmax.default,
+    aten._log_softmax.default,
+    aten._softmax_backward_data.default,
+    aten._log_softmax_backward_data.default,
+)
+
+
+@reg(aten._pdist_backward.default)
+def _pdist_bwd(g: Any, x: Any, p: float, dist: Any) -> Any:
+    return jax.vjp(lambda a: _pdist(a, p), x)[1](g)[0]

@@ -11,9 +11,10 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from .registry import jdt, norm_dim, norm_dims, reg, upcast
+from .registry import jdt, norm_dim, norm_dims, reg_opmath, scalar_as_vector, upcast
 
 aten = torch.ops.aten
+reg = reg_opmath  # bfloat16/float16 math in float32, as eager
 
 
 @reg(aten.sum.default, aten.sum.dim_IntList)
@@ -103,6 +104,8 @@ def _vnorm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, dtype: 
         return jnp.sum(a, ax, keepdims=keepdim)
     if ord == math.inf:
         return jnp.max(a, ax, keepdims=keepdim)
+    if ord == -math.inf:
+        return jnp.min(a, ax, keepdims=keepdim)
     if ord == 0:
         return jnp.sum(a != 0, ax, keepdims=keepdim).astype(a.dtype)
     return jnp.sum(a**ord, ax, keepdims=keepdim) ** (1.0 / ord)
@@ -114,7 +117,7 @@ def _sort(x: Any, *args: Any, stable: Any = None, dim: int = -1, descending: boo
         dim = args[0]
         descending = args[1] if len(args) > 1 else descending
     ax = norm_dim(dim, x.ndim)
-    idx = jnp.argsort(-x if descending else x, axis=ax, stable=True)
+    idx = jnp.argsort(x, axis=ax, stable=True, descending=descending)  # NaN sorts as largest
     return jnp.take_along_axis(x, idx, ax), idx
 
 
@@ -122,6 +125,104 @@ def _sort(x: Any, *args: Any, stable: Any = None, dim: int = -1, descending: boo
 def _topk(x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:  # noqa: A002
     ax = norm_dim(dim, x.ndim)
     xm = jnp.moveaxis(x, ax, -1)
-    v, i = lax.top_k(xm if largest else -xm, k)
-    v = v if largest else -v
+    if largest and jnp.issubdtype(x.dtype, jnp.floating):
+        v, i = lax.top_k(xm, k)  # NaN counts as the largest, as in eager
+    else:  # smallest first, or a dtype whose negation would not reverse the order
+        i = jnp.argsort(xm, axis=-1, stable=True, descending=largest)[..., :k]
+        v = jnp.take_along_axis(xm, i, -1)
     return jnp.moveaxis(v, -1, ax), jnp.moveaxis(i, -1, ax)
+
+
+def _nth(x: Any, dim: Any, keepdim: bool, pick: Any, ignore_nan: bool) -> tuple[Any, Any]:
+    """Value and index of the ``pick(valid count)``-th smallest element along ``dim`` (NaN sorts
+    last; a slice with a NaN gives NaN unless ``ignore_nan``)."""
+    ax = norm_dim(dim, x.ndim)
+    order = jnp.argsort(x, axis=ax, stable=True)
+    n = x.shape[ax]
+    nans = jnp.sum(jnp.isnan(x), axis=ax, keepdims=True)  # 0 for integers
+    valid = n - nans
+    k = pick(valid) if ignore_nan else jnp.where(nans > 0, n - nans, pick(valid * 0 + n))
+    k = jnp.clip(k, 0, max(n - 1, 0))
+    idx = jnp.take_along_axis(order, k.astype(order.dtype), ax)
+    val = jnp.take_along_axis(x, idx, ax)
+    if not keepdim:
+        idx, val = jnp.squeeze(idx, ax), jnp.squeeze(val, ax)
+    return val, idx
+
+
+def _lower_median(count: Any) -> Any:
+    return (count - 1) // 2
+
+
+@reg(aten.median.default)
+def _median_all(x: Any) -> Any:
+    return _nth(x.reshape(-1), 0, False, _lower_median, False)[0]
+
+
+@reg(aten.nanmedian.default)
+def _nanmedian_all(x: Any) -> Any:
+    return _nth(x.reshape(-1), 0, False, _lower_median, True)[0]
+
+
+reg(aten.median.dim)(lambda x, dim, keepdim=False: _nth(x, dim, keepdim, _lower_median, False))
+reg(aten.nanmedian.dim)(lambda x, dim, keepdim=False: _nth(x, dim, keepdim, _lower_median, True))
+reg(aten.kthvalue.default)(
+    lambda x, k, dim=-1, keepdim=False: _nth(x, dim, keepdim, lambda c: c * 0 + (k - 1), False)
+)
+
+
+def _cumulative_extreme(x: Any, dim: int, better: Any) -> tuple[Any, Any]:
+    """Running max/min and the index where it was last reached; a NaN wins from where it is."""
+    ax = norm_dim(dim, x.ndim)
+    idx = lax.broadcasted_iota(jnp.int64, x.shape, ax)
+    floats = jnp.issubdtype(x.dtype, jnp.inexact)
+
+    def combine(left: tuple, right: tuple) -> tuple:
+        lv, li = left
+        rv, ri = right
+        take = better(rv, lv) | (rv == lv)
+        if floats:
+            take = jnp.isnan(rv) | (~jnp.isnan(lv) & take)
+        return jnp.where(take, rv, lv), jnp.where(take, ri, li)
+
+    return lax.associative_scan(combine, (x, idx), axis=ax)
+
+
+reg(aten.cummax.default)(lambda x, dim: _cumulative_extreme(x, dim, jnp.greater))
+reg(aten.cummin.default)(lambda x, dim: _cumulative_extreme(x, dim, jnp.less))
+reg(aten.logcumsumexp.default)(
+    lambda x, dim: lax.associative_scan(jnp.logaddexp, x, axis=norm_dim(dim, x.ndim))
+)
+
+
+scalar_as_vector(
+    aten.sum.dim_IntList,
+    aten.mean.dim,
+    aten.prod.dim_int,
+    aten.amax.default,
+    aten.amin.default,
+    aten.max.dim,
+    aten.min.dim,
+    aten.argmax.default,
+    aten.argmin.default,
+    aten.any.dim,
+    aten.any.dims,
+    aten.all.dim,
+    aten.all.dims,
+    aten.var.correction,
+    aten.std.correction,
+    aten.var_mean.correction,
+    aten.logsumexp.default,
+    aten.cumsum.default,
+    aten.cumprod.default,
+    aten.linalg_vector_norm.default,
+    aten.sort.default,
+    aten.sort.stable,
+    aten.topk.default,
+    aten.median.dim,
+    aten.nanmedian.dim,
+    aten.kthvalue.default,
+    aten.cummax.default,
+    aten.cummin.default,
+    aten.logcumsumexp.default,
+)

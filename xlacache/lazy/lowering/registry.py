@@ -1,4 +1,4 @@
-"""The lowering table (aten op -> JAX function), its dtype map and helpers shared by op families."""
+"""The lowering table (aten op -> JAX function) and helpers shared by op families."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 import jax.numpy as jnp
 import torch
+
+from .dtypes import jax_dtype
 
 aten = torch.ops.aten
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
@@ -18,41 +20,22 @@ STATIC_SCALAR_OPS = {
     aten.nan_to_num.default,
 }
 
-_DTYPES = {
-    torch.float32: jnp.float32,
-    torch.float64: jnp.float32,  # x64 is off: float64 is stored as float32
-    torch.float16: jnp.float16,
-    torch.bfloat16: jnp.bfloat16,
-    torch.int64: jnp.int32,  # likewise int64 as int32
-    torch.int32: jnp.int32,
-    torch.int16: jnp.int16,
-    torch.int8: jnp.int8,
-    torch.uint8: jnp.uint8,
-    torch.bool: jnp.bool_,
-    torch.uint32: jnp.uint32,
-    torch.complex64: jnp.complex64,
-}
-
-
-def jax_dtype(dtype: torch.dtype) -> Any:
-    try:
-        return _DTYPES[dtype]
-    except KeyError:
-        raise TypeError(f"xlacache.lazy: dtype {dtype} is not supported on the device") from None
-
-
 Fn = Callable[..., Any]
 
 
-def registrar(table: dict[Any, Fn], what: str) -> Callable[..., Callable[[Fn], Fn]]:
-    """A decorator factory ``deco(*ops)(fn)`` filling ``table``; each op is registered once."""
+def registrar(
+    table: dict[Any, Fn], what: str, wrap: Callable[[Fn], Fn] | None = None
+) -> Callable[..., Callable[[Fn], Fn]]:
+    """A decorator factory ``deco(*ops)(fn)`` filling ``table`` (with ``wrap(fn)`` if given);
+    each op is registered once."""
 
     def register(*ops: Any) -> Callable[[Fn], Fn]:
         def deco(fn: Fn) -> Fn:
+            entry = fn if wrap is None else wrap(fn)
             for op in ops:
                 if op in table:
                     raise ValueError(f"xlacache.lazy: {op} already has {what}")
-                table[op] = fn
+                table[op] = entry
             return fn
 
         return deco
@@ -60,7 +43,28 @@ def registrar(table: dict[Any, Fn], what: str) -> Callable[..., Callable[[Fn], F
     return register
 
 
+_LOW = (jnp.bfloat16, jnp.float16)
+
+
+def _opmath(x: Any) -> Any:
+    if isinstance(x, (tuple, list)):
+        return type(x)(_opmath(e) for e in x)
+    return x.astype(jnp.float32) if getattr(x, "dtype", None) in _LOW else x
+
+
+def opmath(fn: Fn) -> Fn:
+    """``fn`` computing bfloat16/float16 values in float32, as eager's kernels do (their
+    "opmath" type); the executor rounds results to the predicted dtype once."""
+
+    def lowered(*args: Any, **kw: Any) -> Any:
+        return fn(*_opmath(args), **{k: _opmath(v) for k, v in kw.items()})
+
+    return lowered
+
+
 reg = registrar(LOWERINGS, "a lowering")  # ``@reg(aten.op.overload, ...)``
+# the same, for math on low-precision floats (elementwise, reductions, special functions)
+reg_opmath = registrar(LOWERINGS, "a lowering", opmath)
 
 
 def norm_dim(dim: int, ndim: int) -> int:
@@ -79,6 +83,20 @@ def jdt(dtype: Any) -> Any:
     return None if dtype is None else jax_dtype(dtype)
 
 
+def lowest(dtype: Any) -> Any:
+    """The identity of ``max`` in ``dtype``: -inf, the smallest integer, or False."""
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return -jnp.inf
+    return False if dtype == jnp.bool_ else jnp.iinfo(dtype).min
+
+
+def highest(dtype: Any) -> Any:
+    """The identity of ``min`` in ``dtype``: inf, the largest integer, or True."""
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return jnp.inf
+    return True if dtype == jnp.bool_ else jnp.iinfo(dtype).max
+
+
 def upcast(x: Any) -> Any:
     """Upcast low-precision floats for reductions/normalizations."""
     return x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
@@ -90,3 +108,18 @@ def as_shape(size: Any) -> tuple[int, ...]:
 
 def scaled(b: Any, alpha: Any) -> Any:
     return b if isinstance(alpha, int) and alpha == 1 else b * alpha
+
+
+def scalar_as_vector(*ops: Any) -> None:
+    """Lower ``ops`` on a 0-d first input as on a 1-element vector (torch accepts dims 0 and -1
+    of a 0-d tensor); the executor reshapes the results to the shapes torch predicted."""
+    for op in ops:
+        fn = LOWERINGS[op]
+
+        def lowered(x: Any, *args: Any, _fn: Fn = fn, **kw: Any) -> Any:
+            if getattr(x, "ndim", None) != 0:
+                return _fn(x, *args, **kw)
+            vec = [a.reshape(1) if getattr(a, "ndim", None) == 0 else a for a in args]
+            return _fn(x.reshape(1), *vec, **kw)
+
+        LOWERINGS[op] = lowered

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from .dtypes import jax_dtype
 from .registry import as_shape, norm_dim, norm_dims, reg
 
 aten = torch.ops.aten
@@ -112,7 +113,9 @@ def _cat(tensors: Any, dim: int = 0) -> Any:
 
 reg(aten.stack.default)(lambda ts, dim=0: jnp.stack(ts, axis=dim % (ts[0].ndim + 1)))
 reg(aten.flip.default)(lambda x, dims: jnp.flip(x, norm_dims(dims, x.ndim)))
-reg(aten.roll.default)(lambda x, shifts, dims=(): jnp.roll(x, shifts, norm_dims(dims, x.ndim)))
+reg(aten.roll.default)(  # dims in their order: they pair with the shifts
+    lambda x, shifts, dims=(): jnp.roll(x, shifts, tuple(norm_dim(d, x.ndim) for d in dims) or None)
+)
 
 
 @reg(aten.repeat.default)
@@ -131,3 +134,30 @@ def _pad(x: Any, pad: Any, value: Any = 0) -> Any:
     for i in range(len(pad) // 2):
         cfg[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
     return lax.pad(x, jnp.asarray(value, x.dtype), cfg)
+
+
+@reg(aten.unfold.default)
+def _unfold(x: Any, dim: int, size: int, step: int) -> Any:
+    """Windows of ``size`` every ``step`` along ``dim``, as a new last dimension."""
+    if x.ndim == 0:
+        return x.reshape(1)
+    ax = norm_dim(dim, x.ndim)
+    n = (x.shape[ax] - size) // step + 1
+    idx = np.arange(n)[:, None] * step + np.arange(size)[None, :]
+    return jnp.moveaxis(jnp.take(x, jnp.asarray(idx), axis=ax), ax + 1, -1)
+
+
+@reg(aten.view.dtype)
+def _view_dtype(x: Any, dtype: Any) -> Any:
+    """The same bits as another dtype (the last dimension scales with the item sizes)."""
+    target = np.dtype(jax_dtype(dtype))
+    if x.dtype == jnp.bool_:
+        x = x.astype(jnp.uint8)
+    to = jnp.uint8 if target == np.bool_ else target
+    small, big = np.dtype(x.dtype).itemsize, np.dtype(to).itemsize
+    if big > small:
+        x = x.reshape(x.shape[:-1] + (x.shape[-1] // (big // small), big // small))
+    out = lax.bitcast_convert_type(x, to)
+    if big < small:
+        out = out.reshape(out.shape[:-2] + (-1,))
+    return out != 0 if target == np.bool_ else out
