@@ -43,7 +43,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--out", default="lazy_gpt_results.json")
+    ap.add_argument("--out", default=str(ROOT / "bench-results" / "lazy_gpt.json"))
     ap.add_argument("--no-eager", action="store_true")
     args = ap.parse_args()
     size = (SMALL if args.small else BIG) + ["--steps", str(args.steps)]
@@ -80,6 +80,7 @@ def main() -> None:
     ratio = warm["time_to_first_step_s"] / cold["time_to_first_step_s"]
     print(f"warm/cold time to first step: {ratio:.2f}")
     print(f"same losses cold and warm: {results['same_losses_cold_warm']}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))
     print(f"wrote {args.out}")
 
