@@ -101,6 +101,21 @@ def run_json(code: str, *args: str, **kw) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def run_module_json(module: str, *args: str, env: dict | None = None, timeout: float = 300) -> dict:
+    """Run ``python -m module args`` from the repository in a clean environment (`child_env`,
+    plus `env`); it prints one JSON object on its last stdout line, which is returned."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=child_env({"PYTHONPATH": str(REPO), **(env or {})}),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 # A small JAX training-style program used by the end-to-end tests. It prints a JSON
 # line with xlacache.stats(), the result, and the warnings the cache raised.
 JAX_PROGRAM = """

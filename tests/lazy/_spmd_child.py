@@ -1,4 +1,4 @@
-"""Child process for test_spmd: runs with 8 CPU devices (XLA_FLAGS set by the test).
+"""Child process for test_spmd: runs with 8 CPU devices (`jax_num_cpu_devices`, set below).
 
 ``python -m tests.lazy._spmd_child SCENARIO CACHE_DIR`` prints one JSON line. Scenarios:
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ import torch
 
 import xlacache
 import xlacache.lazy as xl
-from tests.conftest import child_env
+from tests.conftest import run_json
 from xlacache import counters, entry, executables
 from xlacache import key as key_mod
 from xlacache.lazy import metrics
@@ -217,16 +215,7 @@ print(json.dumps({
 
 
 def _child(cache: Path, env: dict | None = None) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(cache)],
-        cwd=ROOT,
-        env=child_env({"PYTHONPATH": str(ROOT), **(env or {})}),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json(CHILD, str(cache), env={"PYTHONPATH": str(ROOT), **(env or {})})
 
 
 @pytest.mark.slow

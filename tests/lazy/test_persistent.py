@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import run_module_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _child(cache: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.lazy._persist_child", str(cache)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_module_json("tests.lazy._persist_child", str(cache))
 
 
 @pytest.mark.slow

@@ -6,31 +6,17 @@ when its backend starts), so "a fresh process" below is a real one.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import run_module_json
 
 pytestmark = pytest.mark.xdist_group("spmd")
 
 
 def child(scenario: str, cache: str = "-", **env: str) -> dict:
-    environ = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu", **env}
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.lazy._spmd_child", scenario, cache],
-        cwd=REPO,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-4000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    environ = {"JAX_PLATFORMS": "cpu", **env}
+    return run_module_json("tests.lazy._spmd_child", scenario, cache, env=environ, timeout=600)
 
 
 def runs(result: dict) -> dict[str, dict]:
