@@ -216,4 +216,14 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("bool", "to_sparse"): ("error", SPARSE),
     ("bool", "unique"): ("fallback", DYNAMIC),
     ("bool", "unique_consecutive"): ("fallback", DYNAMIC),
+    # random ops without a device lowering: they run on the CPU fallback, drawing from the CPU
+    # generator (checked by shape and dtype: their values depend on the seed)
+    ("float32", "multinomial"): ("fallback", "no lowering: aten::multinomial"),
+    ("bfloat16", "multinomial"): ("fallback", "no lowering: aten::multinomial"),
+    ("float32", "nn.functional.rrelu"): ("fallback", "no lowering: aten::rrelu_with_noise"),
+    ("float32-grad", "nn.functional.rrelu"): ("fallback", "no lowering: aten::rrelu_with_noise"),
+    ("bfloat16", "nn.functional.rrelu"): ("fallback", "no lowering: aten::rrelu_with_noise"),
+    ("float32", "randint_like"): ("fallback", "no lowering: aten::randint_like"),
+    ("bfloat16", "randint_like"): ("fallback", "no lowering: aten::randint_like"),
+    ("int64", "randint_like"): ("fallback", "no lowering: aten::randint_like"),
 }
