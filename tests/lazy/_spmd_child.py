@@ -49,6 +49,13 @@ def counters() -> dict[str, int]:
     return out
 
 
+def lowered() -> int:
+    """Graphs lowered since the last call (``LoweringTime`` samples)."""
+    data = xl.metrics.metric_data("LoweringTime")
+    xl.metrics.clear_metrics()
+    return data[0] if data else 0
+
+
 def program(x: torch.Tensor, w: torch.Tensor, mesh: xl.Mesh | None, spec: tuple) -> dict:
     """One barrier computing relu(x @ w).sum(1), sharded as ``spec`` says."""
     x, w = x.to(xl.device()), w.to(xl.device())
@@ -63,6 +70,7 @@ def program(x: torch.Tensor, w: torch.Tensor, mesh: xl.Mesh | None, spec: tuple)
         "y": y.cpu().tolist(),
         "specs": [xl.sharding_spec(t) for t in (x, h, y)],
         "counters": counters(),
+        "lowered": lowered(),
     }
 
 

@@ -42,7 +42,10 @@ def to_device(t: torch.Tensor) -> LazyTensor:
 def to_host(leaf: Node, dtype: torch.dtype) -> torch.Tensor:
     """A CPU tensor of logical dtype ``dtype`` from a device-data leaf (``TransferFromDevice``)."""
     metrics.counter_inc("TransferFromDevice")
-    arr = np.array(leaf.data)
+    data = leaf.data
+    if not data.is_fully_addressable:  # replicated over every process: the local copy
+        data = data.addressable_shards[0].data
+    arr = np.array(data)
     bits = BIT_VIEWS.get(dtype)
     if bits is not None:
         return torch.from_numpy(arr.view(_NP_BITS[bits])).view(dtype)

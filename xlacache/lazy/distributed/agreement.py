@@ -1,0 +1,93 @@
+"""Every process of a job runs the same cross-process programs, in the same order: checked.
+
+A program that spans processes (a graph with collectives over the process mesh, an SPMD graph
+over a mesh with other processes' devices, the gather of a read) runs only if every process
+runs it at the same point: otherwise its collectives pair with another program's (a hang, or
+a wrong number). So before each such execution, each process posts the graph's key under the
+execution's sequence number (its count of cross-process executions, which cannot drift: every
+correct process makes the same executions; compiles, evictions and hits of its caches do not
+count) in the job's coordination service, and reads every other process's key for that
+number. A different key, a process that exited, or one that does not arrive within
+``XLACACHE_COLLECTIVE_TIMEOUT`` (300 s) is an error naming the ranks, raised on every process
+before anything runs; the processes stay paired (each consumed the number), so a caught error
+leaves the job usable.
+
+Cost: one key-value write and one read per other process per execution (loopback: about a
+millisecond for two processes). Keys of finished blocks are deleted, so the store stays small.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import itertools
+
+from . import env
+
+_BLOCK = 256  # sequence numbers per key-value directory; a finished block is deleted
+_EXITED = "exited"
+_SEQUENCE = itertools.count(1)
+_LAST = [0]
+
+
+def _key(n: int, rank: int) -> str:
+    return f"xlacache/runs/{n // _BLOCK}/{n}/{rank}"
+
+
+def agree(key: bytes, what: str) -> None:
+    """Check that every process runs graph ``key`` (``what`` it is, for errors) as its next
+    cross-process program; raises RuntimeError naming the ranks that do not."""
+    job = env.current()
+    if job.world == 1:
+        return
+    n = _LAST[0] = next(_SEQUENCE)
+    kv = env.client()
+    mine = f"{key.hex()} {what}"
+    kv.key_value_set(_key(n, job.rank), mine)
+    timeout = env.timeout_s("XLACACHE_COLLECTIVE_TIMEOUT", 300)
+    theirs: dict[int, str] = {}
+    for r in range(job.world):
+        if r == job.rank:
+            continue
+        try:
+            theirs[r] = kv.blocking_key_value_get(_key(n, r), int(timeout * 1000))
+        except Exception as e:  # noqa: BLE001 - a timeout, or the job going down
+            raise RuntimeError(
+                f"xlacache.lazy: rank {r} did not reach cross-process program #{n} ({what}) "
+                f"within {timeout:g} s: every process must run the same graphs that span "
+                f"processes, in the same order ({type(e).__name__})"
+            ) from None
+    exited = sorted(r for r, v in theirs.items() if v == _EXITED)
+    differ = sorted(r for r, v in theirs.items() if v != mine and v != _EXITED)
+    if exited:
+        raise RuntimeError(
+            f"xlacache.lazy: rank(s) {exited} exited before cross-process program #{n} "
+            f"({what} on rank {job.rank}): every process must run the same graphs that span "
+            "processes (reads of sharded values and syncs included)"
+        )
+    if differ:
+        detail = "; ".join(f"rank {r}: {_describe(theirs[r])}" for r in differ)
+        raise RuntimeError(
+            f"xlacache.lazy: ranks run different programs at cross-process program #{n}: "
+            f"rank {job.rank}: {_describe(mine)}; {detail}. Every process must trace the same "
+            "steps and read the same values (.cpu(), .item(), print of sharded values are "
+            "collective), in the same order; run rank-specific work after sync()"
+        )
+    if n % _BLOCK == 0 and job.rank == 0 and n >= 2 * _BLOCK:
+        # every process posted n, so each has read every key of the block before last
+        with contextlib.suppress(Exception):
+            kv.key_value_delete(f"xlacache/runs/{n // _BLOCK - 1}/")
+
+
+def _describe(posted: str) -> str:
+    key, _, what = posted.partition(" ")
+    return f"{what} (graph {key[:12]})"
+
+
+@atexit.register
+def _post_exit() -> None:
+    """At exit, tell the others this process runs nothing more (they raise at once)."""
+    job = env.current()
+    if job.world > 1:
+        with contextlib.suppress(Exception):
+            env.client().key_value_set(_key(_LAST[0] + 1, job.rank), _EXITED)
