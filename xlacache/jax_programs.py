@@ -304,4 +304,5 @@ def _placed(a: Any, sharding: Any) -> Any:
             raise ValueError(f"an input placed as {a.sharding} for a program taking {sharding}")
     if sharding.is_fully_addressable:
         return jax.device_put(a, sharding)
-    return jax.device_put(np.asarray(a), sharding)
+    host = np.asarray(a)  # this process's shards of it (as jit places such inputs)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])

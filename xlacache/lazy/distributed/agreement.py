@@ -26,31 +26,35 @@ from . import env
 
 _BLOCK = 256  # sequence numbers per key-value directory; a finished block is deleted
 _EXITED = "exited"
-_SEQUENCE = itertools.count(1)
-_LAST = [0]
+_SEQUENCES: dict[str, itertools.count] = {}
+_LAST: dict[str, int] = {}
 
 
-def _key(n: int, rank: int) -> str:
-    return f"xlacache/runs/{n // _BLOCK}/{n}/{rank}"
+def _key(domain: str, n: int, rank: int) -> str:
+    return f"xlacache/{domain}/{n // _BLOCK}/{n}/{rank}"
 
 
-def agree(key: bytes, what: str) -> None:
+def agree(key: bytes, what: str, domain: str = "runs") -> None:
     """Check that every process runs graph ``key`` (``what`` it is, for errors) as its next
-    cross-process program; raises RuntimeError naming the ranks that do not."""
+    cross-process program; raises RuntimeError naming the ranks that do not. ``key`` may
+    also be a digest of a value every process must hold alike. A ``domain`` is a sequence of
+    its own (the main thread's programs: ``runs``; a loader thread's batches: another)."""
     job = env.current()
     if job.world == 1:
         return
-    n = _LAST[0] = next(_SEQUENCE)
+    if domain not in _SEQUENCES:
+        _SEQUENCES[domain] = itertools.count(1)
+    n = _LAST[domain] = next(_SEQUENCES[domain])
     kv = env.client()
     mine = f"{key.hex()} {what}"
-    kv.key_value_set(_key(n, job.rank), mine)
+    kv.key_value_set(_key(domain, n, job.rank), mine)
     timeout = env.timeout_s("XLACACHE_COLLECTIVE_TIMEOUT", 300)
     theirs: dict[int, str] = {}
     for r in range(job.world):
         if r == job.rank:
             continue
         try:
-            theirs[r] = kv.blocking_key_value_get(_key(n, r), int(timeout * 1000))
+            theirs[r] = kv.blocking_key_value_get(_key(domain, n, r), int(timeout * 1000))
         except Exception as e:  # noqa: BLE001 - a timeout, or the job going down
             raise RuntimeError(
                 f"xlacache.lazy: rank {r} did not reach cross-process program #{n} ({what}) "
@@ -70,18 +74,19 @@ def agree(key: bytes, what: str) -> None:
         raise RuntimeError(
             f"xlacache.lazy: ranks run different programs at cross-process program #{n}: "
             f"rank {job.rank}: {_describe(mine)}; {detail}. Every process must trace the same "
-            "steps and read the same values (.cpu(), .item(), print of sharded values are "
-            "collective), in the same order; run rank-specific work after sync()"
+            "steps, read the same values (.cpu(), .item(), print of sharded values are "
+            "collective) in the same order, and shard the same values with mark_sharding; "
+            "run rank-specific work after sync()"
         )
-    if n % _BLOCK == 0 and job.rank == 0 and n >= 2 * _BLOCK:
-        # every process posted n, so each has read every key of the block before last
+    if n % _BLOCK == 0 and job.rank == 0:
+        # every process posted n, so each has read every key of the block before
         with contextlib.suppress(Exception):
-            kv.key_value_delete(f"xlacache/runs/{n // _BLOCK - 1}/")
+            kv.key_value_delete(f"xlacache/{domain}/{n // _BLOCK - 1}/")
 
 
 def _describe(posted: str) -> str:
     key, _, what = posted.partition(" ")
-    return f"{what} (graph {key[:12]})"
+    return f"{what} ({key[:12]})"
 
 
 @atexit.register
@@ -90,4 +95,6 @@ def _post_exit() -> None:
     job = env.current()
     if job.world > 1:
         with contextlib.suppress(Exception):
-            env.client().key_value_set(_key(_LAST[0] + 1, job.rank), _EXITED)
+            kv = env.client()
+            for domain in {"runs", *_SEQUENCES}:
+                kv.key_value_set(_key(domain, _LAST.get(domain, 0) + 1, job.rank), _EXITED)

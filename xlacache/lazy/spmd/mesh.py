@@ -231,7 +231,7 @@ def _place(t: LazyTensor, leaf: Any, sharding: NamedSharding) -> None:
     leaf sees the placed array). A global array is placed again by a graph (a program every
     process runs); one-device data becomes this process's shards of the global array."""
     if leaf.data.is_fully_addressable:
-        leaf.data = to_global(leaf.data, sharding)
+        leaf.data = to_global(leaf.data, sharding, check="mark_sharding")
         return
     out = record(SHARD, (t, constraint_code(sharding)), {})
     materialize([out])

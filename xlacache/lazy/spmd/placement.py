@@ -24,6 +24,7 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec
 
 from .. import metrics
+from ..distributed.agreement import agree
 from ..graph import Node
 from ..lowering import reg, x64
 
@@ -98,13 +99,21 @@ def _assignment(arrays: list[Any], order: list[Node]) -> tuple | None:
     return None
 
 
-def to_global(a: Any, sharding: Any) -> jax.Array:
+def to_global(a: Any, sharding: Any, check: str | None = None, domain: str = "runs") -> jax.Array:
     """``a`` (a one-device array or a host array, the same value on every process) placed with
-    ``sharding``; over other processes' devices too, each process places its own shards."""
+    ``sharding``; over other processes' devices too, each process places its own shards (no
+    communication). With ``check`` (what the value is, for errors) the processes first compare
+    a digest of it (``agreement``, in ``domain``): a value that differs is an error naming the
+    ranks, never a global array made of different values."""
     with x64():
         if sharding.is_fully_addressable:
             return jax.device_put(a, sharding)
-        return jax.device_put(np.asarray(a), sharding)
+        host = np.asarray(a)
+        if check is not None:
+            h = blake2b(f"{host.dtype.name}{host.shape}".encode(), digest_size=16)
+            h.update(np.ascontiguousarray(host).view(np.uint8).reshape(-1).data)
+            agree(h.digest(), f"{check} of a {host.dtype.name}{list(host.shape)} value", domain)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
 def replicated(sharding: Any) -> NamedSharding:
