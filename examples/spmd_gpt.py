@@ -100,6 +100,10 @@ def train(index: int, args: argparse.Namespace) -> dict:
     losses = [v if isinstance(v, float) else v.item() for v in losses]
     if first_step_s is None:
         first_step_s = time.perf_counter() - t0
+    train_s = time.perf_counter() - t0
+    params = None
+    if args.params:  # reading a sharded value back gathers it: every process reads
+        params = {k: v.cpu() for k, v in model.state_dict().items()}
     m = xl.metrics
     result = {
         "rank": rank,
@@ -114,12 +118,12 @@ def train(index: int, args: argparse.Namespace) -> dict:
         "compile_s": ((m.metric_data("CompileTime") or (0, 0))[1]) / 1e9,
         "lowering_s": ((m.metric_data("LoweringTime") or (0, 0))[1]) / 1e9,
         "first_step_s": first_step_s,
-        "total_s": time.perf_counter() - t0,
+        "total_s": train_s,
         "qkv_sharding": xl.sharding_spec(model.blocks[0].qkv.weight),
         "cache": {k: v for k, v in xlacache.stats().items() if isinstance(v, int)},
     }
-    if args.params:  # reading a sharded value back gathers it: every process reads
-        result["params"] = {k: v.cpu() for k, v in model.state_dict().items()}
+    if params is not None:
+        result["params"] = params
     return result
 
 

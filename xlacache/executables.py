@@ -135,9 +135,7 @@ def capture() -> Iterator[list]:
         yield captured
 
 
-def store(
-    alias: str, captured: list, signature: Mapping[str, Any], compiled: Any = None
-) -> bool:
+def store(alias: str, captured: list, signature: Mapping[str, Any], compiled: Any = None) -> bool:
     """Store the alias entry `alias` -> the key of the one executable compiled (or loaded)
     in `captured` (from `capture`), if that executable is in the store. `compiled` (the
     ``jax.stages.Compiled`` program) gives the placements of a multi-device program. Returns

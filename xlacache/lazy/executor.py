@@ -55,7 +55,7 @@ class Executable:
     compiled: Any
     n_ops: int
     out_dtypes: tuple
-    across: bool = False  # it runs on other processes' devices too: every run is agreed
+    across: str = ""  # it runs on other processes' devices too ("collectives" or "mesh")
 
 
 class ExecutableCache:
@@ -340,7 +340,7 @@ def _run(targets: list[LazyTensor], donate: bool, what: str) -> None:
         else:
             metrics.counter_inc("CachedCompile")
             if exe.across:
-                agree(key, what)
+                _agree(exe.across, key, what, arrays, sc)
         t0 = time.perf_counter_ns()
         with x64():
             results = exe.compiled(*arrays, sc)
@@ -352,6 +352,13 @@ def _run(targets: list[LazyTensor], donate: bool, what: str) -> None:
             j = out_ix.get((id(n), k))
             if j is not None:
                 t._v = (new_nodes[j], 0)
+
+
+def _agree(across: str, key: bytes, what: str, arrays: list[Any], scalars: np.ndarray) -> None:
+    """Before a cross-process program runs: every process runs it now, and a program over a
+    mesh gets the same values where each process passes its own copy (``agreement``)."""
+    values = spmd.replicated_inputs(arrays, scalars) if across == "mesh" else b""
+    agree(key, what, inputs=values)
 
 
 def _compile(
@@ -377,9 +384,10 @@ def _compile(
         signature = procs.signature(signature)
     else:
         devices = spmd.program_devices(arrays, order)
-    across = procs is not None or spmd.spans_processes(devices)
+    across = "collectives" if procs is not None else ""
+    across = across or ("mesh" if spmd.spans_processes(devices) else "")
     if across:
-        agree(key, what)
+        _agree(across, key, what, arrays, scalars)
     # With a persistent cache, the graph key (exact, the same in every process) names the
     # program: an alias entry maps it (and its devices) to the executable's key, so a warm
     # process loads the executable without lowering the graph (``xlacache.executables``).
@@ -431,7 +439,9 @@ def _compile(
         metrics.counter_inc("UncachedCompile")
     if alias is not None:
         executables.store(alias, compiled_here, signature, compiled)
-    return Executable(compiled if procs is None else procs.wrap(compiled), n_ops, out_dtypes, across)
+    return Executable(
+        compiled if procs is None else procs.wrap(compiled), n_ops, out_dtypes, across
+    )
 
 
 def _signature(

@@ -34,11 +34,13 @@ def _key(domain: str, n: int, rank: int) -> str:
     return f"xlacache/{domain}/{n // _BLOCK}/{n}/{rank}"
 
 
-def agree(key: bytes, what: str, domain: str = "runs") -> None:
+def agree(key: bytes, what: str, domain: str = "runs", inputs: bytes = b"") -> None:
     """Check that every process runs graph ``key`` (``what`` it is, for errors) as its next
-    cross-process program; raises RuntimeError naming the ranks that do not. ``key`` may
-    also be a digest of a value every process must hold alike. A ``domain`` is a sequence of
-    its own (the main thread's programs: ``runs``; a loader thread's batches: another)."""
+    cross-process program, with the same ``inputs`` (a digest of the values every process
+    must pass alike); raises RuntimeError naming the ranks that do not. With no graph (an
+    empty ``key``), ``inputs`` is a value every process must hold alike. A ``domain`` is a
+    sequence of its own (the main thread's programs: ``runs``; a loader thread's batches:
+    another)."""
     job = env.current()
     if job.world == 1:
         return
@@ -46,7 +48,7 @@ def agree(key: bytes, what: str, domain: str = "runs") -> None:
         _SEQUENCES[domain] = itertools.count(1)
     n = _LAST[domain] = next(_SEQUENCES[domain])
     kv = env.client()
-    mine = f"{key.hex()} {what}"
+    mine = f"{key.hex()}/{inputs.hex()} {what}"
     kv.key_value_set(_key(domain, n, job.rank), mine)
     timeout = env.timeout_s("XLACACHE_COLLECTIVE_TIMEOUT", 300)
     theirs: dict[int, str] = {}
@@ -69,6 +71,22 @@ def agree(key: bytes, what: str, domain: str = "runs") -> None:
             f"({what} on rank {job.rank}): every process must run the same graphs that span "
             "processes (reads of sharded values and syncs included)"
         )
+    same_graph = [r for r in differ if theirs[r].split("/")[0] == mine.split("/")[0]]
+    if same_graph and not key:
+        raise RuntimeError(
+            f"xlacache.lazy: rank(s) {same_graph} hold another value than rank {job.rank} for "
+            f"{what} (cross-process step #{n}): every process must pass the same value (seed "
+            "every process alike; per-rank data goes through MpDeviceLoader(input_sharding="
+            "ShardingSpec(..., minibatch=True)))"
+        )
+    if same_graph:
+        raise RuntimeError(
+            f"xlacache.lazy: rank(s) {same_graph} run cross-process program #{n} ({what}) "
+            f"with other inputs than rank {job.rank}: a value every process must pass alike "
+            "differs (a Python number, a random seed, an unsharded tensor made per rank); "
+            "seed every process alike and shard per-rank data with mark_sharding or "
+            "MpDeviceLoader(input_sharding=ShardingSpec(..., minibatch=True))"
+        )
     if differ:
         detail = "; ".join(f"rank {r}: {_describe(theirs[r])}" for r in differ)
         raise RuntimeError(
@@ -86,7 +104,7 @@ def agree(key: bytes, what: str, domain: str = "runs") -> None:
 
 def _describe(posted: str) -> str:
     key, _, what = posted.partition(" ")
-    return f"{what} ({key[:12]})"
+    return f"{what} (graph {key[:12]})"
 
 
 @atexit.register

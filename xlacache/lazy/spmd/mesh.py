@@ -245,9 +245,7 @@ class ShardingSpec:
     batches in process order along the sharded dimensions); ``False``: every process loads the
     whole batch."""
 
-    def __init__(
-        self, mesh: Mesh, partition_spec: Sequence[Any], minibatch: bool = False
-    ) -> None:
+    def __init__(self, mesh: Mesh, partition_spec: Sequence[Any], minibatch: bool = False) -> None:
         self.mesh = mesh
         self.partition_spec = tuple(partition_spec)
         self.minibatch = bool(minibatch)
@@ -259,9 +257,7 @@ class ShardingSpec:
         return self.mesh.sharding(self.partition_spec, ndim)
 
     def __repr__(self) -> str:
-        return (
-            f"ShardingSpec({self.mesh!r}, {self.partition_spec!r}, minibatch={self.minibatch})"
-        )
+        return f"ShardingSpec({self.mesh!r}, {self.partition_spec!r}, minibatch={self.minibatch})"
 
 
 def sharding_spec(t: torch.Tensor) -> str:

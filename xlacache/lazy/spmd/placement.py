@@ -112,7 +112,8 @@ def to_global(a: Any, sharding: Any, check: str | None = None, domain: str = "ru
         if check is not None:
             h = blake2b(f"{host.dtype.name}{host.shape}".encode(), digest_size=16)
             h.update(np.ascontiguousarray(host).view(np.uint8).reshape(-1).data)
-            agree(h.digest(), f"{check} of a {host.dtype.name}{list(host.shape)} value", domain)
+            what = f"{check} of a {host.dtype.name}{list(host.shape)} value"
+            agree(b"", what, domain, inputs=h.digest())
         return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
@@ -154,6 +155,20 @@ def graph_inputs(arrays: list[Any], leaves: list[Node], order: list[Node]) -> by
     for a in arrays:
         code = _placement(a) if isinstance(a, jax.Array) else b"h"
         h.update(len(code).to_bytes(4, "little") + code)
+    return h.digest()
+
+
+def replicated_inputs(arrays: list[Any], scalars: np.ndarray) -> bytes:
+    """A digest of the inputs of a program over several processes that each process passes
+    from its own memory (host numbers, one-device data): they must be the same everywhere."""
+    h = blake2b(b"xlacache.lazy.inputs/1", digest_size=16)
+    h.update(np.ascontiguousarray(scalars).view(np.uint8).reshape(-1).data)
+    for a in arrays:
+        if isinstance(a, jax.Array) and a.is_fully_addressable:
+            with x64():
+                host = np.ascontiguousarray(np.asarray(a))
+            h.update(f"{host.dtype.name}{host.shape}".encode())
+            h.update(host.view(np.uint8).reshape(-1).data)
     return h.digest()
 
 
