@@ -71,10 +71,10 @@ def api(index: int) -> dict:
     differs = torch.full((8,), float(rank)).to(dev)
     out["differs"] = _error(lambda: xs.mark_sharding(differs, mesh, ("data",)))
     scaled = wd * float(rank + 1)  # the same graph, other scalar inputs
-    out["inputs"] = _error(lambda: scaled.cpu())
+    out["inputs"] = _error(scaled.cpu)
     del scaled
     other = wd * 2 if rank == 0 else wd * 2 + 1
-    out["graph"] = _error(lambda: other.cpu())
+    out["graph"] = _error(other.cpu)
     del other
     pending = wd * 3
     out["skip"] = _error(lambda: wd.cpu()) if rank == 0 else _error(xl.sync)
