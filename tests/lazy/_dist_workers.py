@@ -115,3 +115,24 @@ def rank_dependent_constant(index: int) -> None:
     """Each rank bakes its own rank into the graph (a constant fill): different programs."""
     t = torch.full((2,), float(xl.global_ordinal()), device=xl.device())
     xl.all_reduce("sum", t).cpu()
+
+
+def evicting(index: int, rounds: int) -> dict:
+    """Two graphs with collectives, alternately; rank 0 keeps one compiled graph in memory
+    (it compiles again each time, rank 1 hits its in-memory cache)."""
+    from xlacache.lazy.executor import EXECUTABLES
+
+    if xl.global_ordinal() == 0:
+        EXECUTABLES.resize(1)
+    dev = xl.device()
+    t = (torch.arange(3.0) + xl.global_ordinal()).to(dev)  # data: the same graph everywhere
+    sums, gathers = [], []
+    for _ in range(rounds):
+        sums.append(xl.all_reduce("sum", t * 2).cpu().tolist())
+        gathers.append(xl.all_gather(t.view(1, 3)).cpu().tolist())
+    return {
+        "sums": sums,
+        "gathers": gathers,
+        "evictions": xl.metrics.counter_value("CompilationCacheEviction") or 0,
+        "compiles": xl.metrics.counter_value("UncachedCompile") or 0,
+    }

@@ -68,6 +68,19 @@ def test_ranks_that_trace_different_collective_graphs_get_an_error_not_a_wrong_s
         xl.launch(workers.rank_dependent_constant, nprocs=2)
 
 
+@pytest.mark.slow
+def test_ranks_pair_by_execution_so_evictions_on_one_rank_do_not_break_the_check(monkeypatch):
+    # rank 0 evicts and compiles again each round, rank 1 hits its in-memory cache: pairing
+    # by compiles would wait for a program rank 1 never compiles
+    monkeypatch.setenv("XLACACHE_COLLECTIVE_TIMEOUT", "30")
+    r0, r1 = xl.launch(workers.evicting, args=(3,), nprocs=2)
+    assert r0["evictions"] >= 4 and r1["evictions"] == 0
+    assert r0["compiles"] > r1["compiles"]
+    for r in (r0, r1):
+        assert r["sums"] == [[2.0, 6.0, 10.0]] * 3  # 2 * ([0, 1, 2] + [1, 2, 3])
+        assert r["gathers"] == [[[0.0, 1.0, 2.0], [1.0, 2.0, 3.0]]] * 3
+
+
 def test_launch_runs_in_place_for_one_process_and_checks_nprocs():
     assert xl.launch(workers.names, nprocs=1) == (0, 1, 0, 1)
     assert xl.launch(workers.names, debug_single_process=True) == (0, 1, 0, 1)

@@ -99,7 +99,7 @@ def test_gpt_tensor_x_data_parallel_over_two_processes_compiles_once_per_pod(pod
     cache = tmp_path / "shared"
     LocalStore(cache).close()  # the job's shared directory, made before it starts
     cfg = spmd_gpt.parse(
-        ["--mesh", "tp", "--layers", "1", "--d", "16", "--heads", "2", "--seq", "8"]
+        ["--mesh", "tp", "--layers", "1", "--dim", "16", "--heads", "2", "--seq", "8"]
         + ["--vocab", "32", "--batch", "8", "--steps", "3", "--cache", str(cache), "--params"]
     )
     losses, params = eager(cfg)
