@@ -136,3 +136,22 @@ def evicting(index: int, rounds: int) -> dict:
         "evictions": xl.metrics.counter_value("CompilationCacheEviction") or 0,
         "compiles": xl.metrics.counter_value("UncachedCompile") or 0,
     }
+
+
+def grouped(index: int) -> dict:
+    """Collectives within replica groups [[0, 2], [1, 3]] of a 4-process job."""
+    dev = xl.device()
+    r = xl.global_ordinal()
+    t = torch.tensor([r + 1.0, 10.0 * r], device=dev)
+    groups = [[0, 2], [1, 3]]
+    out = {
+        "sum": xl.all_reduce("sum", t, groups=groups).cpu().tolist(),
+        "max": xl.all_reduce("max", t, scale=0.5, groups=groups).cpu().tolist(),
+        "gather": xl.all_gather(t.view(1, 2), groups=[[2, 0], [3, 1]]).cpu().tolist(),
+        "all": xl.all_reduce("sum", t, groups=[[0, 1, 2, 3]]).cpu().tolist(),
+    }
+    try:
+        xl.all_reduce("sum", t, groups=[[0, 1], [2]])
+    except ValueError as e:
+        out["bad"] = str(e)
+    return out

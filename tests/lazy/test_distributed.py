@@ -81,6 +81,19 @@ def test_ranks_pair_by_execution_so_evictions_on_one_rank_do_not_break_the_check
         assert r["gathers"] == [[[0.0, 1.0, 2.0], [1.0, 2.0, 3.0]]] * 3
 
 
+@pytest.mark.slow
+def test_collectives_within_replica_groups():
+    results = xl.launch(workers.grouped, nprocs=4)
+    values = [[r + 1.0, 10.0 * r] for r in range(4)]
+    for rank, r in enumerate(results):
+        group = [0, 2] if rank % 2 == 0 else [1, 3]
+        assert r["sum"] == [sum(values[g][i] for g in group) for i in range(2)]
+        assert r["max"] == [max(values[g][i] for g in group) * 0.5 for i in range(2)]
+        assert r["gather"] == [values[g] for g in reversed(group)]  # in the group's order
+        assert r["all"] == [10.0, 60.0]  # one group of every rank: all processes
+        assert "every rank of 4 exactly once" in r["bad"]
+
+
 def test_launch_runs_in_place_for_one_process_and_checks_nprocs():
     assert xl.launch(workers.names, nprocs=1) == (0, 1, 0, 1)
     assert xl.launch(workers.names, debug_single_process=True) == (0, 1, 0, 1)
