@@ -7,6 +7,9 @@ is one or two jobs (a few seconds each, slow on a loaded machine).
 
 from __future__ import annotations
 
+import json
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,11 +18,13 @@ import torch
 import torch.nn.functional as F
 
 import xlacache.lazy as xl
+from tests.conftest import child_env
 from tests.lazy import _spmd_pod as workers
 from xlacache.lazy.distributed.launch import LaunchError
 from xlacache.stores.local import LocalStore
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+sys.path.insert(0, str(EXAMPLES))
 import spmd_gpt  # noqa: E402
 from gpt import GPT  # noqa: E402
 
@@ -71,6 +76,30 @@ def test_a_killed_worker_stops_the_pod_with_one_error_naming_it(pod):
     assert info.value.rank == 1 and "stopped the other 1 worker" in str(info.value)
 
 
+TINY = ["--layers", "1", "--dim", "16", "--heads", "2", "--seq", "8", "--vocab", "32"]
+TINY += ["--batch", "8", "--steps", "3"]
+
+
+def test_the_example_runs_as_a_pod_under_torchrun(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    run += ["--master_addr", "127.0.0.1", "--master_port", str(port)]
+    out = subprocess.run(
+        [*run, str(EXAMPLES / "spmd_gpt.py"), "--json", "--cache", str(tmp_path / "c"), *TINY],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=child_env({"CPU_NUM_DEVICES": "4", "XLACACHE_COLLECTIVE_TIMEOUT": "60"}),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])  # rank 0 prints for the job
+    assert r["procs"] == 2 and r["devices"] == 8  # CPU_NUM_DEVICES in each torchrun worker
+    assert r["compiled_per_rank"][0] >= 2 and r["compiled_per_rank"][1] == 0
+    assert r["writes_per_rank"][1] == 0 and r["losses"][-1] < r["losses"][0]
+
+
 def eager(cfg) -> tuple[list[float], dict[str, torch.Tensor]]:
     """The same training in plain PyTorch on CPU, on the global batches."""
     torch.manual_seed(0)
@@ -98,10 +127,7 @@ def _store_files(root: Path) -> dict[str, tuple[int, int]]:
 def test_gpt_tensor_x_data_parallel_over_two_processes_compiles_once_per_pod(pod, tmp_path):
     cache = tmp_path / "shared"
     LocalStore(cache).close()  # the job's shared directory, made before it starts
-    cfg = spmd_gpt.parse(
-        ["--mesh", "tp", "--layers", "1", "--dim", "16", "--heads", "2", "--seq", "8"]
-        + ["--vocab", "32", "--batch", "8", "--steps", "3", "--cache", str(cache), "--params"]
-    )
+    cfg = spmd_gpt.parse(["--mesh", "tp", *TINY, "--cache", str(cache), "--params"])
     losses, params = eager(cfg)
     assert losses[-1] < losses[0]
 

@@ -378,6 +378,11 @@ def _compile(
     # (``distributed/program.py``); an SPMD graph runs on its mesh's devices (``spmd/``).
     # A program on other processes' devices too runs only where every process runs it.
     procs = process_program(order)
+    if procs is not None and spmd.program_devices(arrays, order) is not None:
+        raise RuntimeError(
+            "xlacache.lazy: a graph with collectives (all_reduce, all_gather, optimizer_step) "
+            "over SPMD-sharded values: shard the batch over the mesh instead (docs/spmd.md)"
+        )
     if procs is not None:
         devices = procs.devices
         global_avals = procs.avals(arrays, scalars, [n.avals[k][0] for n, k in outs])
