@@ -20,6 +20,7 @@ import torch.nn.functional as F
 import xlacache.lazy as xl
 from tests.conftest import child_env
 from tests.lazy import _spmd_pod as workers
+from tests.stores.backends import tree_snapshot
 from xlacache.lazy.distributed.launch import LaunchError
 from xlacache.stores.local import LocalStore
 
@@ -116,14 +117,6 @@ def eager(cfg) -> tuple[list[float], dict[str, torch.Tensor]]:
     return losses, {k: v.detach() for k, v in model.state_dict().items()}
 
 
-def _store_files(root: Path) -> dict[str, tuple[int, int]]:
-    return {
-        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.name.startswith("index.sqlite")
-    }
-
-
 def test_gpt_tensor_x_data_parallel_over_two_processes_compiles_once_per_pod(pod, tmp_path):
     cache = tmp_path / "shared"
     LocalStore(cache).close()  # the job's shared directory, made before it starts
@@ -152,9 +145,9 @@ def test_gpt_tensor_x_data_parallel_over_two_processes_compiles_once_per_pod(pod
     assert len(entries) == writer["cache"]["writes"]  # executables and their aliases: rank 0's
     assert not [p for p in (cache / "leases").rglob("*") if p.is_file()]
 
-    before = _store_files(cache)
+    before = tree_snapshot(cache, exclude=("index.sqlite",))
     warm = xl.launch(spmd_gpt.train, args=(cfg,), nprocs=2)
-    assert _store_files(cache) == before  # nobody wrote anything
+    assert tree_snapshot(cache, exclude=("index.sqlite",)) == before  # nobody wrote anything
     for r in warm:  # every program by alias: nothing compiled, no sharded graph lowered
         assert r["compiled"] == 0 and r["lowered"] == 0, r
         assert r["loaded_by_alias"] == writer["compiled"] and r["cache"]["misses"] == 0
