@@ -27,8 +27,9 @@ def _leaf(t: torch.Tensor):
     return t._v[0].data
 
 
-def api(index: int) -> dict:
-    """torch_xla's multi-host SPMD names, placement, loading, reads, and the errors."""
+def api(index: int, saved: str) -> dict:
+    """torch_xla's multi-host SPMD names, placement, loading, reads, saving (to ``saved``),
+    and the errors."""
     xr.use_spmd()
     dev = xl.device()
     rank = xr.process_index()
@@ -54,6 +55,7 @@ def api(index: int) -> dict:
     out["w_ok"] = torch.equal(wd.cpu(), w)  # a read of a sharded value gathers it
     y = (wd @ wd.T).sum(1) * 0.5
     out["y_ok"] = torch.allclose(y.cpu(), (w @ w.T).sum(1) * 0.5, rtol=1e-5, atol=1e-5)
+    xl.save({"w": wd, "y": y}, saved)  # every process gathers, the master writes
 
     # each process loads its slice of the global batch; or the whole batch
     local = torch.arange(12.0).view(4, 3) + 100 * rank

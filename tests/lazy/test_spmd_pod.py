@@ -40,8 +40,13 @@ def pod(monkeypatch):
     monkeypatch.setenv("XLACACHE_INIT_TIMEOUT", "120")
 
 
-def test_one_mesh_over_the_job_placement_reads_and_errors(pod):
-    r0, r1 = xl.launch(workers.api, nprocs=2)
+def test_one_mesh_over_the_job_placement_reads_and_errors(pod, tmp_path):
+    saved = tmp_path / "saved.pt"
+    r0, r1 = xl.launch(workers.api, args=(str(saved),), nprocs=2)
+    torch.manual_seed(0)
+    w = torch.randn(8, 6)
+    state = torch.load(saved)
+    assert torch.equal(state["w"], w) and state["y"].shape == (8,)
     for rank, r in enumerate((r0, r1)):
         assert r["names"] == [8, 4, rank, 2]  # global devices, local ones, process, processes
         assert r["mesh"] == [[0, 0], [0, 0], [1, 1], [1, 1]]  # ids 0-3 on process 0

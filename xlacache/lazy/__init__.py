@@ -199,6 +199,13 @@ def _to_cpu(obj: Any) -> Any:
 
 
 def save(data: Any, path: Any, master_only: bool = True, global_master: bool = False) -> None:
-    """``xm.save``: move tensors to CPU, then ``torch.save``. Load, then ``.to(device())``."""
+    """``xm.save``: move tensors to CPU, then ``torch.save``. Load, then ``.to(device())``.
+
+    In a multi-process job every process calls it (reading sharded values back is
+    collective); with ``master_only`` only the master (of the host, or of the job with
+    ``global_master``) writes, and the processes meet after the write."""
     sync()
-    torch.save(_to_cpu(data), path)
+    cpu = _to_cpu(data)
+    if not master_only or is_master_ordinal(local=not global_master):
+        torch.save(cpu, path)
+    rendezvous("xlacache.lazy.save")
