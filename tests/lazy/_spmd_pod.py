@@ -56,6 +56,14 @@ def api(index: int, saved: str) -> dict:
     y = (wd @ wd.T).sum(1) * 0.5
     out["y_ok"] = torch.allclose(y.cpu(), (w @ w.T).sum(1) * 0.5, rtol=1e-5, atol=1e-5)
     xl.save({"w": wd, "y": y}, saved)  # every process gathers, the master writes
+    c = w.to(dev)
+    xs.mark_sharding(c, mesh, ("data", None))
+    xs.clear_sharding(c)  # global data placed again: a program every process runs
+    out["cleared"] = [
+        xl.sharding_spec(c),
+        len(_leaf(c).addressable_shards),
+        torch.equal(c.cpu(), w),
+    ]
 
     # each process loads its slice of the global batch; or the whole batch
     local = torch.arange(12.0).view(4, 3) + 100 * rank

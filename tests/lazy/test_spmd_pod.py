@@ -55,6 +55,7 @@ def test_one_mesh_over_the_job_placement_reads_and_errors(pod, tmp_path):
         # a global (8, 6) array: this process holds 4 of its 8 shards
         assert r["placed"] == [[8, 6], 4, "{devices=[4,2]<=[8]}"]
         assert r["w_ok"] and r["y_ok"] and r["whole_ok"] and r["after_ok"]
+        assert r["cleared"] == ["{replicated}", 4, True]
         # the global batch: process 0's rows, then process 1's
         want = [
             [float(3 * i + j + 100 * (i >= 4) - 12 * (i >= 4)) for j in range(3)] for i in range(8)
