@@ -140,6 +140,17 @@ def api() -> dict:
     ]
     xs.clear_sharding(a)
     out["cleared_spec"] = xl.sharding_spec(a)
+    # batches placed by the loader: a dict of specs by key; a tensor the spec does not fit
+    from xlacache.lazy.compat.distributed import parallel_loader as pl
+
+    x, labels = torch.arange(32.0).view(4, 8), torch.arange(4)
+    specs = {"x": xs.ShardingSpec(mesh, ("x", None)), "y": xs.ShardingSpec(mesh, ("x", "y"))}
+    (batch,) = list(pl.MpDeviceLoader([{"x": x, "y": labels}], xl.device(), input_sharding=specs))
+    out["loader"] = [
+        xl.sharding_spec(batch["x"]),
+        xl.sharding_spec(batch["y"]),  # rank 1: the 2-d spec does not fit, copied unsharded
+        torch.equal(batch["x"].cpu(), x) and torch.equal(batch["y"].cpu(), labels),
+    ]
     return out
 
 

@@ -10,6 +10,7 @@ import torch
 
 import xlacache.lazy as xl
 from xlacache.lazy.compat import runtime as xr
+from xlacache.lazy.compat.distributed import parallel_loader as pl
 from xlacache.lazy.compat.distributed import spmd as xs
 
 
@@ -68,11 +69,11 @@ def api(index: int, saved: str) -> dict:
     # each process loads its slice of the global batch; or the whole batch
     local = torch.arange(12.0).view(4, 3) + 100 * rank
     spec = xs.ShardingSpec(mesh, ("data", None), minibatch=True)
-    (batch,) = list(xl.MpDeviceLoader([local], dev, input_sharding=spec))
+    (batch,) = list(pl.MpDeviceLoader([local], dev, input_sharding=spec))
     out["minibatch"] = batch.cpu().tolist()
     whole = torch.arange(24.0).view(8, 3)
     spec = xs.ShardingSpec(mesh, ("data", None), minibatch=False)
-    (batch,) = list(xl.MpDeviceLoader([whole], dev, input_sharding=spec))
+    (batch,) = list(pl.MpDeviceLoader([whole], dev, input_sharding=spec))
     out["whole_ok"] = torch.equal(batch.cpu(), whole)
     out["whole_shards"] = len(_leaf(batch).addressable_shards)
 

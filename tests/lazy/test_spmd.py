@@ -40,6 +40,7 @@ def test_api_names_errors_and_constraints():
     np.testing.assert_array_equal(b, want)  # .cpu() gathers the shards
     np.testing.assert_array_equal(c, want + 1)
     assert r["cleared_spec"] == "{replicated}"
+    assert r["loader"] == ["{devices=[2,1,4]<=[8] last_tile_dim_replicate}", "", True]
 
 
 def test_sharded_graphs_get_their_own_executables_in_memory():
