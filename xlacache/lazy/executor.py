@@ -361,6 +361,25 @@ def _agree(across: str, key: bytes, what: str, arrays: list[Any], scalars: np.nd
     agree(key, what, inputs=values)
 
 
+def _where(order: list[Node], arrays: list[Any]) -> tuple[Any, tuple | None, str]:
+    """Where a graph's program runs: ``(process program or None, its devices (None: the
+    default device), "collectives" / "mesh" when it runs on other processes' devices too)``.
+
+    A graph with a collective is one program over the process mesh (``distributed/``); an SPMD
+    graph runs on its mesh's devices (``spmd/``)."""
+    procs = process_program(order)
+    devices = spmd.program_devices(arrays, order)
+    if procs is not None:
+        if devices is not None:
+            raise RuntimeError(
+                "xlacache.lazy: a graph with collectives (all_reduce, all_gather, "
+                "optimizer_step) over SPMD-sharded values: shard the batch over the mesh "
+                "instead (docs/spmd.md)"
+            )
+        return procs, procs.devices, "collectives"
+    return None, devices, "mesh" if spmd.spans_processes(devices) else ""
+
+
 def _compile(
     key: bytes,
     order: list[Node],
@@ -374,23 +393,10 @@ def _compile(
     metrics.metric_add("GraphOps", n_ops)
     out_dtypes = tuple(n.avals[k][1] for n, k in outs)
     signature = _signature(arrays, scalars, outs, donated)
-    # multi-process: a graph with a collective is one program over the process mesh
-    # (``distributed/program.py``); an SPMD graph runs on its mesh's devices (``spmd/``).
-    # A program on other processes' devices too runs only where every process runs it.
-    procs = process_program(order)
-    if procs is not None and spmd.program_devices(arrays, order) is not None:
-        raise RuntimeError(
-            "xlacache.lazy: a graph with collectives (all_reduce, all_gather, optimizer_step) "
-            "over SPMD-sharded values: shard the batch over the mesh instead (docs/spmd.md)"
-        )
+    procs, devices, across = _where(order, arrays)
     if procs is not None:
-        devices = procs.devices
         global_avals = procs.avals(arrays, scalars, [n.avals[k][0] for n, k in outs])
         signature = procs.signature(signature)
-    else:
-        devices = spmd.program_devices(arrays, order)
-    across = "collectives" if procs is not None else ""
-    across = across or ("mesh" if spmd.spans_processes(devices) else "")
     if across:
         _agree(across, key, what, arrays, scalars)
     # With a persistent cache, the graph key (exact, the same in every process) names the
