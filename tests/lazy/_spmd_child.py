@@ -8,6 +8,8 @@
 - ``api``: torch_xla's names (``xr``, ``xs``), annotation errors, constraints on pending values.
 - ``gpt``: a tiny GPT trained a few steps on one device, data-parallel over 8 devices, and
   2-way tensor-parallel x 4-way data-parallel; losses and counters per run.
+- ``forged``: a sharded program's alias record altered to other output placements, then the
+  program again as in a new process (the alias must miss, the values stay right).
 """
 
 from __future__ import annotations
@@ -175,6 +177,29 @@ def mixed() -> dict:
     return {"placement": placement, "ok": ok, "spec": xl.sharding_spec(y), "counters": counters()}
 
 
+def forged(cache_dir: str) -> dict:
+    from xlacache import entry
+    from xlacache.stores.local import LocalStore
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(16, 8, generator=g), torch.randn(8, 24, generator=g)
+    mesh = xl.Mesh(np.arange(8), (8,), ("data",))
+    first = program(x, w, mesh, MESHES["mesh8"][1])
+    with LocalStore(cache_dir) as store:
+        (key,) = [i.key for i in store.list() if entry.is_alias(store.read_header(i.key))]
+        record = json.loads(entry.decode(store.get(key)).payload())
+        for placed in record["placements"]["outputs"]:
+            placed["spec"] = [None] * len(placed["spec"])  # replicated: not what XLA chose
+        store.delete(key)
+        payload = json.dumps(record).encode()
+        store.put(key, entry.encode(key, payload, compile_seconds=0.0,
+                                    context=entry.ALIAS_CONTEXT, label="alias:forged"))  # fmt: skip
+    xl.clear_compiled_cache()  # as a new process
+    again = program(x, w, mesh, MESHES["mesh8"][1])
+    errors = xlacache.stats()["errors"]
+    return {"first": first, "again": again, "alias_errors": errors.get("alias", 0)}
+
+
 def train(mode: str, steps: int = 3) -> dict:
     torch.manual_seed(0)
     dev = xl.device()
@@ -213,6 +238,8 @@ def main(scenario: str, cache_dir: str) -> None:
         out = mixed()
     elif scenario == "api":
         out = api()
+    elif scenario == "forged":
+        out = forged(cache_dir)
     else:
         out = {mode: train(mode) for mode in ("single", "dp", "tp")}
     out["stats"] = {k: v for k, v in xlacache.stats().items() if isinstance(v, int)}

@@ -98,6 +98,16 @@ def test_sharded_entries_reload_in_a_fresh_process_and_other_meshes_miss(tmp_pat
         assert run["specs"] == (w if name != "mesh8" else cold)[name]["specs"]
 
 
+def test_an_alias_recording_other_placements_is_a_miss_not_a_wrong_program(tmp_path):
+    r = child("forged", str(tmp_path / "cache"))
+    assert r["first"]["counters"]["UncachedCompile"] == 1
+    again = r["again"]
+    assert again["counters"]["PersistentCacheAliasHit"] == 0  # refused: XLA's shardings differ
+    assert again["counters"]["PersistentCacheHit"] == 1 and again["lowered"] == 1  # full key
+    assert r["alias_errors"] == 1
+    assert again["y"] == r["first"]["y"] and again["specs"] == r["first"]["specs"]
+
+
 def test_one_device_data_meets_sharded_data(tmp_path):
     cache = str(tmp_path / "cache")
     cold = child("mixed", cache)
