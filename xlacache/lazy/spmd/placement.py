@@ -110,19 +110,30 @@ def to_global(a: Any, sharding: Any, check: str | None = None, domain: str = "ru
             return jax.device_put(a, sharding)
         host = np.asarray(a)
         if check is not None:
-            h = blake2b(f"{host.dtype.name}{host.shape}".encode(), digest_size=16)
-            h.update(np.ascontiguousarray(host).view(np.uint8).reshape(-1).data)
+            h = blake2b(b"xlacache.lazy.value/1", digest_size=16)
+            _digest(h, host)
             what = f"{check} of a {host.dtype.name}{list(host.shape)} value"
             agree(b"", what, domain, inputs=h.digest())
         return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def _digest(h: Any, host: np.ndarray) -> None:
+    """Feed a host value's dtype, shape and bytes to the hash ``h``."""
+    h.update(f"{host.dtype.name}{host.shape}".encode())
+    h.update(np.ascontiguousarray(host).view(np.uint8).reshape(-1).data)
+
+
+def _everywhere(devices: Any) -> NamedSharding:
+    """A value replicated over ``devices``, in their order (a 1-D mesh of them)."""
+    mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object), ("_r",))
+    return NamedSharding(mesh, PartitionSpec())
 
 
 def replicated(sharding: Any) -> NamedSharding:
     """A sharding that replicates a value over ``sharding``'s devices, in their order."""
     if isinstance(sharding, NamedSharding):
         return NamedSharding(sharding.mesh, PartitionSpec())
-    devices = np.asarray(sharding._device_assignment, dtype=object)
-    return NamedSharding(jax.sharding.Mesh(devices, ("_r",)), PartitionSpec())
+    return _everywhere(sharding._device_assignment)
 
 
 def graph_inputs(arrays: list[Any], leaves: list[Node], order: list[Node]) -> bytes | None:
@@ -143,8 +154,7 @@ def graph_inputs(arrays: list[Any], leaves: list[Node], order: list[Node]) -> by
     if misplaced:
         assignment = _assignment(arrays, order)
         if assignment is not None and len(assignment) > 1:
-            mesh = jax.sharding.Mesh(np.asarray(assignment, dtype=object), ("_r",))
-            everywhere = NamedSharding(mesh, PartitionSpec())
+            everywhere = _everywhere(assignment)
             for j in misplaced:
                 a = arrays[j]
                 arrays[j] = to_global(a, everywhere)
@@ -162,13 +172,10 @@ def replicated_inputs(arrays: list[Any], scalars: np.ndarray) -> bytes:
     """A digest of the inputs of a program over several processes that each process passes
     from its own memory (host numbers, one-device data): they must be the same everywhere."""
     h = blake2b(b"xlacache.lazy.inputs/1", digest_size=16)
-    h.update(np.ascontiguousarray(scalars).view(np.uint8).reshape(-1).data)
+    _digest(h, scalars)
     for a in arrays:
         if isinstance(a, jax.Array) and a.is_fully_addressable:
-            with x64():
-                host = np.ascontiguousarray(np.asarray(a))
-            h.update(f"{host.dtype.name}{host.shape}".encode())
-            h.update(host.view(np.uint8).reshape(-1).data)
+            _digest(h, np.asarray(a))
     return h.digest()
 
 
