@@ -12,6 +12,11 @@ number. A different key, a process that exited, or one that does not arrive with
 before anything runs; the processes stay paired (each consumed the number), so a caught error
 leaves the job usable.
 
+Values are compared the same way: a program over a mesh posts with its key a digest of the
+inputs each process passes from its own memory (host numbers, one-device data: they must be
+the same everywhere, or the global program would mix them), and a value placed across
+processes (``mark_sharding``, a whole batch for every process) posts its digest alone.
+
 Cost: one key-value write and one read per other process per execution (loopback: about a
 millisecond for two processes). Keys of finished blocks are deleted, so the store stays small.
 """
