@@ -1,12 +1,15 @@
-"""Cold compile vs warm load of SPMD-sharded GPT training on 8 CPU devices.
+"""Cold compile vs warm load of SPMD-sharded GPT training on 8 CPU devices, in one process
+and in a pod of 2 processes x 4 devices (one mesh over both).
 
-python benchmarks/lazy_spmd.py [--reps 1] [--layers 2 --d 64 ...]
+python benchmarks/lazy_spmd.py [--reps 1] [--runs none,dp,tp,pod] [--layers 2 --dim 64 ...]
 
-For each mesh (``none``: one device, ``dp``: 8-way data parallel, ``tp``: 2-way tensor x
-4-way data parallel), runs ``examples/spmd_gpt.py`` in a fresh process on an empty cache
-(cold), then again on the same cache (warm), and prints per run: graphs compiled and loaded,
-XLA compile (or load) seconds, lowering seconds and the whole run. Results also go to
-``bench-results/lazy_spmd.json``.
+Each run is ``examples/spmd_gpt.py`` in fresh processes on an empty cache (cold), then again
+on the same cache (warm). ``none``: one device; ``dp``: 8-way data parallel; ``tp``: 2-way
+tensor x 4-way data parallel; ``pod``: ``tp`` over 2 processes (``--procs 2``, each feeding
+half of every global batch; rank 0 compiles, rank 1 loads). Printed per run: graphs compiled
+per process, loaded (and by alias), graphs lowered, XLA compile (or load) and lowering seconds,
+time to the first step's loss and the whole training; then warm/cold of the time to first
+step. Results also go to ``bench-results/lazy_spmd.json``.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RUNS = {"none": ["--mesh", "none"], "dp": ["--mesh", "dp"], "tp": ["--mesh", "tp"]}
+RUNS["pod"] = ["--mesh", "tp", "--procs", "2"]
 
 
-def run(mesh: str, cache: str, extra: list[str]) -> dict:
-    cmd = [sys.executable, str(ROOT / "examples" / "spmd_gpt.py"), "--mesh", mesh]
+def run(name: str, cache: str, extra: list[str]) -> dict:
+    cmd = [sys.executable, str(ROOT / "examples" / "spmd_gpt.py"), *RUNS[name]]
     out = subprocess.run(
         [*cmd, "--cache", cache, "--json", *extra],
         capture_output=True,
@@ -36,22 +41,29 @@ def run(mesh: str, cache: str, extra: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--runs", default="none,dp,tp,pod")
     args, extra = ap.parse_known_args()
     rows = []
     print(
-        f"{'mesh':5} {'run':5} {'compiled':>8} {'loaded':>6} {'compile_s':>9} "
-        f"{'lowering_s':>10} {'total_s':>7}"
+        f"{'run':5} {'phase':5} {'compiled/rank':>13} {'loaded':>6} {'alias':>5} "
+        f"{'lowered':>7} {'compile_s':>9} {'lowering_s':>10} {'first_step_s':>12} {'total_s':>7}"
     )
-    for mesh in ("none", "dp", "tp"):
+    for name in args.runs.split(","):
         for rep in range(args.reps):
             with tempfile.TemporaryDirectory() as cache:
+                phases = {}
                 for phase in ("cold", "warm"):
-                    r = run(mesh, cache, extra)
-                    rows.append({"mesh": mesh, "run": phase, "rep": rep, **r})
+                    r = phases[phase] = run(name, cache, extra)
+                    r.pop("params", None)
+                    rows.append({"run": name, "phase": phase, "rep": rep, **r})
+                    per_rank = ",".join(str(c) for c in r["compiled_per_rank"])
                     print(
-                        f"{mesh:5} {phase:5} {r['compiled']:8d} {r['loaded_from_cache']:6d} "
-                        f"{r['compile_s']:9.2f} {r['lowering_s']:10.2f} {r['total_s']:7.2f}"
+                        f"{name:5} {phase:5} {per_rank:>13} {r['loaded_from_cache']:6d} "
+                        f"{r['loaded_by_alias']:5d} {r['lowered']:7d} {r['compile_s']:9.2f} "
+                        f"{r['lowering_s']:10.2f} {r['first_step_s']:12.2f} {r['total_s']:7.2f}"
                     )
+                ratio = phases["warm"]["first_step_s"] / phases["cold"]["first_step_s"]
+                print(f"{name:5} warm/cold time to first step: {ratio:.2f}x")
     out = ROOT / "bench-results"
     out.mkdir(exist_ok=True)
     (out / "lazy_spmd.json").write_text(json.dumps(rows, indent=1))

@@ -1,18 +1,23 @@
 """What loading an executable by alias needs from JAX (internals, like `jax_bridge`).
 
-- `environment()`: this process's part of an alias key: JAX's version and configuration,
-  the device a single-device program runs on, and the ENVIRONMENT_COMPONENTS digests of the
-  key a compilation on that device would get.
+- `environment(devices)`: this process's part of an alias key: JAX's version and
+  configuration, the devices the program runs on (by default the one a single-device
+  program runs on), and the ENVIRONMENT_COMPONENTS digests of the key a compilation on those
+  devices would get.
 - `signature_of(executable)`: the parameter and result shapes of a loaded executable.
 - `Program`: a loaded executable called like a compiled `jax.jit` function.
+- `placements_of(compiled)`, `shardings_from(record)`, `check_placements`, `ShardedProgram`:
+  the same for a program over several devices (SPMD, a mesh across processes): its inputs'
+  and outputs' shardings as JSON, rebuilt and checked against a loaded executable.
 """
 
 from __future__ import annotations
 
 import enum
 import hashlib
+import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +35,13 @@ class Environment:
 
     parts: dict[str, bytes]  # alias-key parts: "frontend", "executable_devices"
     digests: dict[str, str]  # ENVIRONMENT_COMPONENTS digests for `device`
-    device: Any  # the device single-device programs run on
-    device_ids: list[int]  # the load context's device ids for that device
+    device: Any  # the device single-device programs run on (else the program's first)
+    device_ids: list[int]  # the load context's device ids: the program's devices
 
 
-def environment() -> Environment:
-    """The environment of a single-device program compiled now on JAX's default device.
+def environment(devices: Sequence[Any] | None = None) -> Environment:
+    """The environment of a program compiled now on ``devices`` (its device assignment, in
+    order; by default JAX's default device, for a single-device program).
 
     Raises NotDescribable when JAX's configuration holds a value with no exact encoding or
     names a default device (then the placement is not the runtime's to describe).
@@ -46,22 +52,23 @@ def environment() -> Environment:
 
     if config.default_device.value is not None:
         raise NotDescribable("jax_default_device is set")
-    device = jax.local_devices()[0]
+    if not devices:
+        devices = (jax.local_devices()[0],)
+    device = devices[0]
     backend = xla_bridge.get_backend(device.platform)
-    devices = _device_array(device)
     inputs = KeyInputs(
         hlo=b"",
         compile_options=b"",
         jaxlib_version=jaxlib_version,
         platform=backend.platform,
         platform_version=backend.platform_version,
-        device_kinds=(device.device_kind,),
-        topology=jax_bridge._topology(backend, devices),
+        device_kinds=tuple(d.device_kind for d in devices),
+        topology=jax_bridge._topology(backend, _device_array(devices)),
         xla_flags=codegen_flags(jax_bridge._xla_flags()),
     )
     frontend = [f"jax {jax.__version__}", f"jaxlib {jaxlib_version}", f"python {sys.version}"]
     frontend += [f"{name}={_encode(value)}" for name, value in sorted(_config_values().items())]
-    where = f"{device.id}/{device.process_index}/{device.device_kind}/{device.platform}"
+    where = ";".join(f"{d.id}/{d.process_index}/{d.device_kind}/{d.platform}" for d in devices)
     return Environment(
         parts={
             "frontend": hashlib.sha256("\n".join(frontend).encode()).digest(),
@@ -69,16 +76,16 @@ def environment() -> Environment:
         },
         digests=environment_digests(inputs),
         device=device,
-        device_ids=[device.id],
+        device_ids=[d.id for d in devices],
     )
 
 
-def _device_array(device: Any) -> Any:
+def _device_array(devices: Sequence[Any]) -> Any:
     import numpy as np
 
-    devices = np.empty(1, dtype=object)
-    devices[0] = device
-    return devices
+    array = np.empty(len(devices), dtype=object)
+    array[:] = list(devices)
+    return array
 
 
 def _config_values() -> dict[str, Any]:
@@ -162,3 +169,140 @@ def _uncommitted(a: Any) -> Any:
     from jax._src import array
 
     return array.ArrayImpl(a.aval, a.sharding, [a], committed=False, _skip_checks=True)
+
+
+# Programs over several devices: their placements, described exactly as JSON.
+
+
+def placements_of(compiled: Any) -> dict | None:
+    """``{"inputs": [...], "outputs": [...]}``: each parameter's and result's sharding of a
+    compiled jit program (``jax.stages.Compiled``); None for a single-device program.
+    Raises NotDescribable for a sharding that is not a mesh sharding."""
+    ins = list(compiled.input_shardings[0])
+    outs = list(compiled.output_shardings)
+    if all(len(s.device_set) == 1 for s in (*ins, *outs)):
+        return None
+    return {"inputs": [_describe(s) for s in ins], "outputs": [_describe(s) for s in outs]}
+
+
+def _describe(sharding: Any) -> dict:
+    from jax.sharding import Mesh, NamedSharding
+
+    if not isinstance(sharding, NamedSharding) or not isinstance(sharding.mesh, Mesh):
+        raise NotDescribable(f"a {type(sharding).__name__} placement")
+    spec = sharding.spec
+    if spec.unreduced or spec.reduced:
+        raise NotDescribable("an unreduced or reduced partition spec")
+    mesh = sharding.mesh
+    return {
+        "ids": [d.id for d in mesh.devices.flat],
+        "shape": list(mesh.devices.shape),
+        "names": [str(n) for n in mesh.axis_names],
+        "types": [t.name for t in mesh.axis_types],
+        "spec": [_spec_entry(e) for e in spec],
+        "memory": sharding.memory_kind,
+    }
+
+
+def _spec_entry(e: Any) -> Any:
+    if e is None or isinstance(e, str):
+        return e
+    if isinstance(e, tuple) and all(isinstance(a, str) for a in e):
+        return list(e)
+    raise NotDescribable(f"partition spec entry {e!r}")
+
+
+def shardings_from(placements: Mapping[str, Any]) -> tuple[list, list]:
+    """The input and output shardings a ``placements_of`` record describes, on this job's
+    devices (ValueError if it names a device this job lacks)."""
+    import jax
+
+    by_id = {d.id: d for d in jax.devices()}
+    meshes: dict[str, Any] = {}
+
+    def build(desc: Mapping[str, Any]) -> Any:
+        import numpy as np
+        from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+        mesh_key = json.dumps([desc["ids"], desc["shape"], desc["names"], desc["types"]])
+        mesh = meshes.get(mesh_key)
+        if mesh is None:
+            missing = [i for i in desc["ids"] if i not in by_id]
+            if missing:
+                raise ValueError(f"the program runs on devices {missing} this job lacks")
+            devices = np.asarray([by_id[i] for i in desc["ids"]], dtype=object)
+            mesh = meshes[mesh_key] = Mesh(
+                devices.reshape(desc["shape"]),
+                tuple(desc["names"]),
+                axis_types=tuple(AxisType[t] for t in desc["types"]),
+            )
+        spec = PartitionSpec(*(tuple(e) if isinstance(e, list) else e for e in desc["spec"]))
+        return NamedSharding(mesh, spec, memory_kind=desc["memory"])
+
+    return [build(d) for d in placements["inputs"]], [build(d) for d in placements["outputs"]]
+
+
+def check_placements(
+    executable: Any, signature: Mapping[str, Any], ins: Sequence[Any], outs: Sequence[Any]
+) -> None:
+    """Raise ValueError unless the executable takes and returns ``signature``'s (global)
+    shapes placed as ``ins`` and ``outs`` say: each device's shapes and XLA's shardings."""
+    from jax._src.lib import xla_client
+
+    have = signature_of(executable)
+    have_shardings = {
+        "inputs": executable.get_parameter_shardings(),
+        "outputs": executable.get_output_shardings(),
+    }
+    for part, shardings in (("inputs", ins), ("outputs", outs)):
+        rows = signature[part]
+        if len(rows) != len(shardings) or len(have_shardings[part] or ()) != len(rows):
+            raise ValueError(f"the program's {part} are not the recorded placements")
+        want = [
+            [list(s.shard_shape(tuple(dims))), str(dtype)]
+            for (dims, dtype), s in zip(rows, shardings, strict=True)
+        ]
+        if have[part] != want:
+            raise ValueError(f"loaded executable's {part} {have[part]} are not {want}")
+        for op, s, (dims, _) in zip(have_shardings[part], shardings, rows, strict=True):
+            if xla_client.HloSharding.from_proto(op) != s._to_xla_hlo_sharding(len(dims)):
+                raise ValueError(f"loaded executable's {part} are placed otherwise")
+
+
+class ShardedProgram:
+    """A loaded executable over several devices, called like a compiled jit function: global
+    arrays (or values every process holds alike) in, global arrays placed as ``outs`` out."""
+
+    def __init__(
+        self, executable: Any, ins: Sequence[Any], outs: Sequence[Any], shapes: Sequence[tuple]
+    ) -> None:
+        self.executable = executable
+        self.ins, self.outs, self.shapes = list(ins), list(outs), [tuple(s) for s in shapes]
+
+    def __call__(self, *args: Any) -> list[Any]:
+        import jax
+
+        bufs = [_placed(a, s) for a, s in zip(args, self.ins, strict=True)]
+        results = self.executable.execute_sharded(bufs)
+        parts = results.disassemble_into_single_device_arrays()
+        return [
+            jax.make_array_from_single_device_arrays(shape, s, shards)
+            for shape, s, shards in zip(self.shapes, self.outs, parts, strict=True)
+        ]
+
+
+def _placed(a: Any, sharding: Any) -> Any:
+    """``a`` as the program takes it: as it is when so placed; a value every process holds
+    alike (host data, uncommitted one-device data) is placed; other placements are refused."""
+    import jax
+    import numpy as np
+
+    if isinstance(a, jax.Array):
+        if a.sharding == sharding or a.sharding.is_equivalent_to(sharding, a.ndim):
+            return a
+        if a.committed:
+            raise ValueError(f"an input placed as {a.sharding} for a program taking {sharding}")
+    if sharding.is_fully_addressable:
+        return jax.device_put(a, sharding)
+    host = np.asarray(a)  # this process's shards of it (as jit places such inputs)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])

@@ -115,3 +115,43 @@ def rank_dependent_constant(index: int) -> None:
     """Each rank bakes its own rank into the graph (a constant fill): different programs."""
     t = torch.full((2,), float(xl.global_ordinal()), device=xl.device())
     xl.all_reduce("sum", t).cpu()
+
+
+def evicting(index: int, rounds: int) -> dict:
+    """Two graphs with collectives, alternately; rank 0 keeps one compiled graph in memory
+    (it compiles again each time, rank 1 hits its in-memory cache)."""
+    from xlacache.lazy.executor import EXECUTABLES
+
+    if xl.global_ordinal() == 0:
+        EXECUTABLES.resize(1)
+    dev = xl.device()
+    t = (torch.arange(3.0) + xl.global_ordinal()).to(dev)  # data: the same graph everywhere
+    sums, gathers = [], []
+    for _ in range(rounds):
+        sums.append(xl.all_reduce("sum", t * 2).cpu().tolist())
+        gathers.append(xl.all_gather(t.view(1, 3)).cpu().tolist())
+    return {
+        "sums": sums,
+        "gathers": gathers,
+        "evictions": xl.metrics.counter_value("CompilationCacheEviction") or 0,
+        "compiles": xl.metrics.counter_value("UncachedCompile") or 0,
+    }
+
+
+def grouped(index: int) -> dict:
+    """Collectives within replica groups [[0, 2], [1, 3]] of a 4-process job."""
+    dev = xl.device()
+    r = xl.global_ordinal()
+    t = torch.tensor([r + 1.0, 10.0 * r], device=dev)
+    groups = [[0, 2], [1, 3]]
+    out = {
+        "sum": xl.all_reduce("sum", t, groups=groups).cpu().tolist(),
+        "max": xl.all_reduce("max", t, scale=0.5, groups=groups).cpu().tolist(),
+        "gather": xl.all_gather(t.view(1, 2), groups=[[2, 0], [3, 1]]).cpu().tolist(),
+        "all": xl.all_reduce("sum", t, groups=[[0, 1, 2, 3]]).cpu().tolist(),
+    }
+    try:
+        xl.all_reduce("sum", t, groups=[[0, 1], [2]])
+    except ValueError as e:
+        out["bad"] = str(e)
+    return out

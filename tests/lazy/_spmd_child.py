@@ -8,6 +8,8 @@
 - ``api``: torch_xla's names (``xr``, ``xs``), annotation errors, constraints on pending values.
 - ``gpt``: a tiny GPT trained a few steps on one device, data-parallel over 8 devices, and
   2-way tensor-parallel x 4-way data-parallel; losses and counters per run.
+- ``forged``: a sharded program's alias record altered to other output placements, then the
+  program again as in a new process (the alias must miss, the values stay right).
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ def counters() -> dict[str, int]:
     return out
 
 
+def lowered() -> int:
+    """Graphs lowered since the last call (``LoweringTime`` samples)."""
+    data = xl.metrics.metric_data("LoweringTime")
+    xl.metrics.clear_metrics()
+    return data[0] if data else 0
+
+
 def program(x: torch.Tensor, w: torch.Tensor, mesh: xl.Mesh | None, spec: tuple) -> dict:
     """One barrier computing relu(x @ w).sum(1), sharded as ``spec`` says."""
     x, w = x.to(xl.device()), w.to(xl.device())
@@ -63,6 +72,7 @@ def program(x: torch.Tensor, w: torch.Tensor, mesh: xl.Mesh | None, spec: tuple)
         "y": y.cpu().tolist(),
         "specs": [xl.sharding_spec(t) for t in (x, h, y)],
         "counters": counters(),
+        "lowered": lowered(),
     }
 
 
@@ -132,6 +142,17 @@ def api() -> dict:
     ]
     xs.clear_sharding(a)
     out["cleared_spec"] = xl.sharding_spec(a)
+    # batches placed by the loader: a dict of specs by key; a tensor the spec does not fit
+    from xlacache.lazy.compat.distributed import parallel_loader as pl
+
+    x, labels = torch.arange(32.0).view(4, 8), torch.arange(4)
+    specs = {"x": xs.ShardingSpec(mesh, ("x", None)), "y": xs.ShardingSpec(mesh, ("x", "y"))}
+    (batch,) = list(pl.MpDeviceLoader([{"x": x, "y": labels}], xl.device(), input_sharding=specs))
+    out["loader"] = [
+        xl.sharding_spec(batch["x"]),
+        xl.sharding_spec(batch["y"]),  # rank 1: the 2-d spec does not fit, copied unsharded
+        torch.equal(batch["x"].cpu(), x) and torch.equal(batch["y"].cpu(), labels),
+    ]
     return out
 
 
@@ -154,6 +175,29 @@ def mixed() -> dict:
     xl.sync()
     ok = torch.allclose(y.cpu(), (x * 3.0 + 1.0) @ w, rtol=1e-5, atol=1e-5)
     return {"placement": placement, "ok": ok, "spec": xl.sharding_spec(y), "counters": counters()}
+
+
+def forged(cache_dir: str) -> dict:
+    from xlacache import entry
+    from xlacache.stores.local import LocalStore
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(16, 8, generator=g), torch.randn(8, 24, generator=g)
+    mesh = xl.Mesh(np.arange(8), (8,), ("data",))
+    first = program(x, w, mesh, MESHES["mesh8"][1])
+    with LocalStore(cache_dir) as store:
+        (key,) = [i.key for i in store.list() if entry.is_alias(store.read_header(i.key))]
+        record = json.loads(entry.decode(store.get(key)).payload())
+        for placed in record["placements"]["outputs"]:
+            placed["spec"] = [None] * len(placed["spec"])  # replicated: not what XLA chose
+        store.delete(key)
+        payload = json.dumps(record).encode()
+        store.put(key, entry.encode(key, payload, compile_seconds=0.0,
+                                    context=entry.ALIAS_CONTEXT, label="alias:forged"))  # fmt: skip
+    xl.clear_compiled_cache()  # as a new process
+    again = program(x, w, mesh, MESHES["mesh8"][1])
+    errors = xlacache.stats()["errors"]
+    return {"first": first, "again": again, "alias_errors": errors.get("alias", 0)}
 
 
 def train(mode: str, steps: int = 3) -> dict:
@@ -194,6 +238,8 @@ def main(scenario: str, cache_dir: str) -> None:
         out = mixed()
     elif scenario == "api":
         out = api()
+    elif scenario == "forged":
+        out = forged(cache_dir)
     else:
         out = {mode: train(mode) for mode in ("single", "dp", "tp")}
     out["stats"] = {k: v for k, v in xlacache.stats().items() if isinstance(v, int)}

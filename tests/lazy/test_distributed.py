@@ -64,8 +64,34 @@ def test_a_worker_exception_is_raised_by_launch():
 @pytest.mark.slow
 def test_ranks_that_trace_different_collective_graphs_get_an_error_not_a_wrong_sum():
     # psum over constants would fold to ``constant * world`` on each rank: 0 and 2, not 1
-    with pytest.raises(LaunchError, match=r"graph with collectives differs from rank"):
+    with pytest.raises(LaunchError, match=r"ranks run different programs at cross-process"):
         xl.launch(workers.rank_dependent_constant, nprocs=2)
+
+
+@pytest.mark.slow
+def test_ranks_pair_by_execution_so_evictions_on_one_rank_do_not_break_the_check(monkeypatch):
+    # rank 0 evicts and compiles again each round, rank 1 hits its in-memory cache: pairing
+    # by compiles would wait for a program rank 1 never compiles
+    monkeypatch.setenv("XLACACHE_COLLECTIVE_TIMEOUT", "30")
+    r0, r1 = xl.launch(workers.evicting, args=(3,), nprocs=2)
+    assert r0["evictions"] >= 4 and r1["evictions"] == 0
+    assert r0["compiles"] > r1["compiles"]
+    for r in (r0, r1):
+        assert r["sums"] == [[2.0, 6.0, 10.0]] * 3  # 2 * ([0, 1, 2] + [1, 2, 3])
+        assert r["gathers"] == [[[0.0, 1.0, 2.0], [1.0, 2.0, 3.0]]] * 3
+
+
+@pytest.mark.slow
+def test_collectives_within_replica_groups():
+    results = xl.launch(workers.grouped, nprocs=4)
+    values = [[r + 1.0, 10.0 * r] for r in range(4)]
+    for rank, r in enumerate(results):
+        group = [0, 2] if rank % 2 == 0 else [1, 3]
+        assert r["sum"] == [sum(values[g][i] for g in group) for i in range(2)]
+        assert r["max"] == [max(values[g][i] for g in group) * 0.5 for i in range(2)]
+        assert r["gather"] == [values[g] for g in reversed(group)]  # in the group's order
+        assert r["all"] == [10.0, 60.0]  # one group of every rank: all processes
+        assert "every rank of 4 exactly once" in r["bad"]
 
 
 def test_launch_runs_in_place_for_one_process_and_checks_nprocs():

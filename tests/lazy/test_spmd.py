@@ -40,6 +40,7 @@ def test_api_names_errors_and_constraints():
     np.testing.assert_array_equal(b, want)  # .cpu() gathers the shards
     np.testing.assert_array_equal(c, want + 1)
     assert r["cleared_spec"] == "{replicated}"
+    assert r["loader"] == ["{devices=[2,1,4]<=[8] last_tile_dim_replicate}", "", True]
 
 
 def test_sharded_graphs_get_their_own_executables_in_memory():
@@ -69,42 +70,53 @@ def test_sharded_entries_reload_in_a_fresh_process_and_other_meshes_miss(tmp_pat
     assert cold["mesh8"]["counters"]["PersistentCacheMiss"] == 1
     assert cold["mesh8"]["counters"]["UncachedCompile"] == 1
 
-    # a fresh process: the 8-device program loads (no compile, no alias: lowered, then hit);
-    # the unsharded program and the 2x4 one do not load the 8-device entry
+    # a fresh process: the 8-device program loads by alias (no lowering, no compile); the
+    # unsharded program and the 2x4 one do not load the 8-device entry
     warm = child("programs:mesh8,unsharded,mesh2x4", cache)
     w = runs(warm)
     assert w["mesh8"]["counters"]["UncachedCompile"] == 0
     assert w["mesh8"]["counters"]["PersistentCacheHit"] == 1
-    assert w["mesh8"]["counters"]["PersistentCacheAliasHit"] == 0
+    assert w["mesh8"]["counters"]["PersistentCacheAliasHit"] == 1
+    assert w["mesh8"]["lowered"] == 0
     assert w["mesh8"]["specs"] == cold["mesh8"]["specs"]
     assert w["mesh8"]["y"] == cold["mesh8"]["y"]  # bit-identical
     for name in ("unsharded", "mesh2x4"):
         assert w[name]["counters"]["UncachedCompile"] == 1, (name, w[name]["counters"])
         assert w[name]["counters"]["PersistentCacheMiss"] == 1
         assert w[name]["counters"]["PersistentCacheHit"] == 0
-    # alias entries are written for the one-device program only
-    assert warm["stats"].get("alias_writes", 0) == 1
+    # alias entries are written for the one-device and the sharded programs alike
+    assert warm["stats"].get("alias_writes", 0) == 2
 
-    # the unsharded program and the 2x4 one now load too; the unsharded one by alias
+    # the unsharded program and the 2x4 one now load too, all by alias, none lowered
     third = child("programs:mesh8,unsharded,mesh2x4", cache)
     t = runs(third)
     for name, run in t.items():
         assert run["counters"]["UncachedCompile"] == 0, (name, run["counters"])
         assert run["counters"]["PersistentCacheHit"] == 1
+        assert run["counters"]["PersistentCacheAliasHit"] == 1 and run["lowered"] == 0
         np.testing.assert_allclose(run["y"], third["expected"], rtol=1e-5, atol=1e-5)
-    assert t["unsharded"]["counters"]["PersistentCacheAliasHit"] == 1
-    assert t["mesh2x4"]["counters"]["PersistentCacheAliasHit"] == 0
-    assert t["mesh2x4"]["specs"] == w["mesh2x4"]["specs"]
+        assert run["specs"] == (w if name != "mesh8" else cold)[name]["specs"]
+
+
+def test_an_alias_recording_other_placements_is_a_miss_not_a_wrong_program(tmp_path):
+    r = child("forged", str(tmp_path / "cache"))
+    assert r["first"]["counters"]["UncachedCompile"] == 1
+    again = r["again"]
+    assert again["counters"]["PersistentCacheAliasHit"] == 0  # refused: XLA's shardings differ
+    assert again["counters"]["PersistentCacheHit"] == 1 and again["lowered"] == 1  # full key
+    assert r["alias_errors"] == 1
+    assert again["y"] == r["first"]["y"] and again["specs"] == r["first"]["specs"]
 
 
 def test_one_device_data_meets_sharded_data(tmp_path):
     cache = str(tmp_path / "cache")
     cold = child("mixed", cache)
-    warm = child("mixed", cache)  # the one-device graph loads by alias
+    warm = child("mixed", cache)  # both graphs load by alias
     for r in (cold, warm):
         assert r["ok"] and r["spec"] == "{devices=[1,8]<=[8]}"
         assert r["placement"][1] is False  # uncommitted, as a jit result of uncommitted inputs
-    assert warm["counters"]["PersistentCacheAliasHit"] == 1
+    # the sharded program places the uncommitted one-device input itself, as jit does
+    assert warm["counters"]["PersistentCacheAliasHit"] == 2
     assert warm["counters"]["UncachedCompile"] == 0  # same placements, same programs
     # a value committed to one device is replicated over the sharded graph's devices
     committed = child("mixed", SPMD_CHILD_COMMIT="1")

@@ -36,6 +36,7 @@ from . import rng as _rng  # noqa: E402
 from . import special as _special  # noqa: E402, F401 - registers its handlers
 from . import tensor as _tensor  # noqa: E402
 from . import views as _views  # noqa: E402, F401 - registers its handlers
+from .distributed import env as _env  # noqa: E402
 from .distributed.collectives import (  # noqa: E402 - multi-process data parallel
     all_gather,
     all_reduce,
@@ -67,6 +68,7 @@ from .runtime import (  # noqa: E402
 )
 from .spmd.mesh import (  # noqa: E402 - SPMD sharding (torch_xla.distributed.spmd)
     Mesh,
+    ShardingSpec,
     clear_sharding,
     get_global_mesh,
     is_spmd,
@@ -79,6 +81,7 @@ from .steps import RateTracker, SampleGenerator, add_step_closure, compile  # no
 from .tensor import LazyTensor  # noqa: E402
 
 _tensor.install_dispatcher(_dispatch.dispatch)
+_env.configure_devices()  # torch_xla's CPU_NUM_DEVICES, before JAX's backend starts
 _device.install(_factories.factory, _factories.copy_from)
 _rng.hook_manual_seed()
 _rng.hook_generator()
@@ -91,6 +94,7 @@ __all__ = [
     "ParallelLoader",
     "RateTracker",
     "SampleGenerator",
+    "ShardingSpec",
     "XlaGenerator",
     "add_step_closure",
     "all_gather",
@@ -195,6 +199,13 @@ def _to_cpu(obj: Any) -> Any:
 
 
 def save(data: Any, path: Any, master_only: bool = True, global_master: bool = False) -> None:
-    """``xm.save``: move tensors to CPU, then ``torch.save``. Load, then ``.to(device())``."""
+    """``xm.save``: move tensors to CPU, then ``torch.save``. Load, then ``.to(device())``.
+
+    In a multi-process job every process calls it (reading sharded values back is
+    collective); with ``master_only`` only the master (of the host, or of the job with
+    ``global_master``) writes, and the processes meet after the write."""
     sync()
-    torch.save(_to_cpu(data), path)
+    cpu = _to_cpu(data)
+    if not master_only or is_master_ordinal(local=not global_master):
+        torch.save(cpu, path)
+    rendezvous("xlacache.lazy.save")

@@ -29,11 +29,12 @@ from jax import lax
 from xlacache import executables
 
 from . import closures, metrics, rng
+from .distributed.agreement import agree
 from .distributed.program import process_program
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
-from .record import value
+from .record import record, value
 from .spmd import placement as spmd
 from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors, restore_gc
 from .transfer import to_host
@@ -54,6 +55,7 @@ class Executable:
     compiled: Any
     n_ops: int
     out_dtypes: tuple
+    across: str = ""  # it runs on other processes' devices too ("collectives" or "mesh")
 
 
 class ExecutableCache:
@@ -237,14 +239,25 @@ def materialize(tensors: list[LazyTensor]) -> None:
             "xlacache.lazy: a graph had to run inside compile(full_graph=True) (.item(), .cpu(), "
             "printing a tensor, data-dependent control flow, or an op that runs on CPU)"
         )
-    _run(tensors, donate=False)
+    _run(tensors, donate=False, what="a read (.cpu/.item/print)")
     restore_gc()
 
 
 def to_cpu(t: LazyTensor) -> torch.Tensor:
-    """Run the graph ``t`` needs, then copy its value to CPU (``TransferFromDevice``)."""
+    """Run the graph ``t`` needs, then copy its value to CPU (``TransferFromDevice``). A value
+    sharded across processes is gathered first (a program every process runs)."""
     materialize([t])
-    return to_host(value(t)[0], t.dtype)
+    leaf = value(t)[0]
+    data = leaf.data
+    if not data.is_fully_addressable and not data.is_fully_replicated:
+        with LOCK:
+            everywhere = spmd.replicated(data.sharding)
+            gathered = record(spmd.SHARD, (t, spmd.constraint_code(everywhere)), {})
+            _run([gathered], donate=False, what="a read of a sharded value")
+            leaf = value(gathered)[0]
+        if not leaf.data.is_fully_replicated:
+            raise RuntimeError(f"xlacache.lazy: a gathered value is {leaf.data.sharding}")
+    return to_host(leaf, t.dtype)
 
 
 def sync(wait: bool = False) -> None:
@@ -252,7 +265,7 @@ def sync(wait: bool = False) -> None:
     with LOCK:
         flush_trace_metrics()
         metrics.counter_inc("MarkStep")
-        _run(live_tensors(), donate=True)
+        _run(live_tensors(), donate=True, what="sync")
         rng.new_epoch()
         restore_gc()
     closures.run()
@@ -268,7 +281,7 @@ def wait_device_ops() -> None:
             n.data.block_until_ready()
 
 
-def _run(targets: list[LazyTensor], donate: bool) -> None:
+def _run(targets: list[LazyTensor], donate: bool, what: str) -> None:
     with LOCK:
         t_start = time.perf_counter_ns()
         outs: list[tuple[Node, int]] = []
@@ -322,10 +335,12 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
         sc = np.asarray(scalars, dtype=np.float32)
         exe = EXECUTABLES.get(key)
         if exe is None:
-            exe = _compile(key, order, outs, arrays, sc, donated)
+            exe = _compile(key, order, outs, arrays, sc, donated, what)
             EXECUTABLES.put(key, exe)
         else:
             metrics.counter_inc("CachedCompile")
+            if exe.across:
+                _agree(exe.across, key, what, arrays, sc)
         t0 = time.perf_counter_ns()
         with x64():
             results = exe.compiled(*arrays, sc)
@@ -339,6 +354,32 @@ def _run(targets: list[LazyTensor], donate: bool) -> None:
                 t._v = (new_nodes[j], 0)
 
 
+def _agree(across: str, key: bytes, what: str, arrays: list[Any], scalars: np.ndarray) -> None:
+    """Before a cross-process program runs: every process runs it now, and a program over a
+    mesh gets the same values where each process passes its own copy (``agreement``)."""
+    values = spmd.replicated_inputs(arrays, scalars) if across == "mesh" else b""
+    agree(key, what, inputs=values)
+
+
+def _where(order: list[Node], arrays: list[Any]) -> tuple[Any, tuple | None, str]:
+    """Where a graph's program runs: ``(process program or None, its devices (None: the
+    default device), "collectives" / "mesh" when it runs on other processes' devices too)``.
+
+    A graph with a collective is one program over the process mesh (``distributed/``); an SPMD
+    graph runs on its mesh's devices (``spmd/``)."""
+    procs = process_program(order)
+    devices = spmd.program_devices(arrays, order)
+    if procs is not None:
+        if devices is not None:
+            raise RuntimeError(
+                "xlacache.lazy: a graph with collectives (all_reduce, all_gather, "
+                "optimizer_step) over SPMD-sharded values: shard the batch over the mesh "
+                "instead (docs/spmd.md)"
+            )
+        return procs, procs.devices, "collectives"
+    return None, devices, "mesh" if spmd.spans_processes(devices) else ""
+
+
 def _compile(
     key: bytes,
     order: list[Node],
@@ -346,29 +387,31 @@ def _compile(
     arrays: list[Any],
     scalars: np.ndarray,
     donated: tuple[int, ...],
+    what: str,
 ) -> Executable:
     n_ops = sum(1 for n in order if n.op not in (DATA, RNG, SCALAR))
     metrics.metric_add("GraphOps", n_ops)
     out_dtypes = tuple(n.avals[k][1] for n, k in outs)
-    # With a persistent cache, the graph key (exact, the same in every process) names the
-    # program: an alias entry maps it to the executable's key, so a warm process loads the
-    # executable without lowering the graph (``xlacache.executables``).
     signature = _signature(arrays, scalars, outs, donated)
-    # multi-process: a graph with a collective is one program over the process mesh
-    # (``distributed/program.py``); it and sharded graphs are not loaded by alias (an
-    # alias loads a one-device program)
-    procs = process_program(order, key)
-    alias = None
-    if procs is None and not spmd.is_sharded_graph(arrays, order):
-        alias = executables.alias_key(key, lowering_fingerprint())
+    procs, devices, across = _where(order, arrays)
+    if procs is not None:
+        global_avals = procs.avals(arrays, scalars, [n.avals[k][0] for n, k in outs])
+        signature = procs.signature(signature)
+    if across:
+        _agree(across, key, what, arrays, scalars)
+    # With a persistent cache, the graph key (exact, the same in every process) names the
+    # program: an alias entry maps it (and its devices) to the executable's key, so a warm
+    # process loads the executable without lowering the graph (``xlacache.executables``).
+    alias = executables.alias_key(key, lowering_fingerprint(), devices)
     if alias is not None:
         t0 = time.perf_counter_ns()
-        program = executables.load(alias, signature)
+        program = executables.load(alias, signature, devices)
         if program is not None:
             metrics.metric_add("CompileTime", time.perf_counter_ns() - t0)
             metrics.counter_inc("PersistentCacheHit")
             metrics.counter_inc("PersistentCacheAliasHit")
-            return Executable(program, n_ops, out_dtypes)
+            program = program if procs is None else procs.wrap(program)
+            return Executable(program, n_ops, out_dtypes, across)
     # tracing a graph of thousands of nodes allocates hundreds of thousands of short-lived jax
     # objects; with the collector on, they trigger full collections (a fifth of the lowering
     # time). They are freed by reference counting; any cycles are collected after.
@@ -384,7 +427,7 @@ def _compile(
             jitted = procs.jit(fn, len(arrays) + 1, donated)
         with warnings.catch_warnings(), x64():
             warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
-            lowered = jitted.lower(*(procs.avals(arrays, scalars) if procs else (*arrays, scalars)))
+            lowered = jitted.lower(*(global_avals if procs else (*arrays, scalars)))
             t1 = time.perf_counter_ns()
             metrics.metric_add("LoweringTime", t1 - t0)
             before = _cache_stats()
@@ -406,8 +449,10 @@ def _compile(
             metrics.counter_inc("PersistentCacheMiss", miss)
         metrics.counter_inc("UncachedCompile")
     if alias is not None:
-        executables.store(alias, compiled_here, signature)
-    return Executable(compiled if procs is None else procs.wrap(compiled), n_ops, out_dtypes)
+        executables.store(alias, compiled_here, signature, compiled)
+    return Executable(
+        compiled if procs is None else procs.wrap(compiled), n_ops, out_dtypes, across
+    )
 
 
 def _signature(

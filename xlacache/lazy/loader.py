@@ -1,4 +1,6 @@
-"""``MpDeviceLoader``: moves batches to the device in a background thread, syncs every step."""
+"""``MpDeviceLoader``: moves batches to the device in a background thread, syncs every step.
+
+With ``input_sharding`` (SPMD), batches are placed sharded (``spmd/batches.py``)."""
 
 from __future__ import annotations
 
@@ -10,23 +12,15 @@ from typing import Any
 import torch
 
 
-def _to_device(batch: Any, device: torch.device) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device)
-    if isinstance(batch, dict):
-        return type(batch)((k, _to_device(v, device)) for k, v in batch.items())
-    if isinstance(batch, (list, tuple)):
-        vals = [_to_device(v, device) for v in batch]
-        return type(batch)(*vals) if hasattr(batch, "_fields") else type(batch)(vals)
-    return batch
-
-
 class MpDeviceLoader:
     """Wraps a loader: yields its batches on ``device`` and calls ``sync()`` after each step.
 
     A background thread iterates the loader and copies each batch to the device (a plain
     host-to-device transfer, no graph), keeping ``prefetch`` batches ahead of the training loop.
-    ``batches_per_execution`` > 1 syncs every that many steps.
+    ``batches_per_execution`` > 1 syncs every that many steps. ``input_sharding`` (an
+    ``xl.ShardingSpec``, or a dict of them by batch key) places each batch tensor sharded over
+    the spec's mesh; with ``minibatch=True`` each process of a job loads its own slice of the
+    global batch.
     """
 
     def __init__(
@@ -35,19 +29,21 @@ class MpDeviceLoader:
         device: torch.device,
         prefetch: int = 4,
         batches_per_execution: int = 1,
+        input_sharding: Any = None,
         **kwargs: Any,
     ) -> None:
         self._loader = loader
         self._device = device
         self._prefetch = max(1, prefetch)
         self._every = max(1, batches_per_execution)
+        self._sharding = input_sharding
 
     def __len__(self) -> int:
         return len(self._loader)  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[Any]:
         from .executor import sync
-        from .tensor import LOCK
+        from .spmd.batches import batch_to_device
 
         q: queue.Queue = queue.Queue(self._prefetch)
         done = object()
@@ -58,8 +54,7 @@ class MpDeviceLoader:
                 for b in self._loader:
                     if stop.is_set():
                         return
-                    with LOCK:
-                        b = _to_device(b, self._device)
+                    b = batch_to_device(b, self._device, self._sharding)
                     q.put(b)
             except BaseException as e:  # noqa: BLE001 - re-raised in the consumer
                 q.put(e)

@@ -21,8 +21,10 @@ from .tensor import LazyTensor, wrap
 _NP_BITS = {torch.int16: np.int16, torch.uint8: np.uint8}
 
 
-def to_device(t: torch.Tensor) -> LazyTensor:
-    """Copy a CPU tensor to the device (``TransferToDevice``)."""
+def host_array(t: torch.Tensor) -> np.ndarray:
+    """A private host copy of a tensor's value in its device dtype (for ``jax.device_put``:
+    JAX reads the host buffer asynchronously, and on CPU may even keep it as the device
+    buffer, so the tensor's own memory could change under it afterwards)."""
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
@@ -30,19 +32,30 @@ def to_device(t: torch.Tensor) -> LazyTensor:
     t = t.resolve_conj().resolve_neg().contiguous()
     bits = BIT_VIEWS.get(t.dtype)
     arr = t.view(bits).numpy().view(jdt) if bits is not None else t.numpy()
+    return np.array(arr, copy=True)
+
+
+def device_tensor(data: jax.Array, dtype: torch.dtype) -> LazyTensor:
+    """A lazy tensor whose value is the device array ``data`` (logical dtype ``dtype``)."""
     metrics.counter_inc("TransferToDevice")
-    # a private copy: JAX reads the host buffer asynchronously (on CPU it may even keep it as
-    # the device buffer), so the tensor's own memory could change under it afterwards
+    meta = torch.empty(tuple(data.shape), dtype=dtype, device="meta")
+    return wrap(meta, (data_node(data, dtype), 0))
+
+
+def to_device(t: torch.Tensor) -> LazyTensor:
+    """Copy a CPU tensor to the device (``TransferToDevice``)."""
     with x64():
-        data = jax.device_put(np.array(arr, copy=True))
-    node = data_node(data, t.dtype)
-    return wrap(torch.empty(t.shape, dtype=t.dtype, device="meta"), (node, 0))
+        data = jax.device_put(host_array(t))
+    return device_tensor(data, t.dtype)
 
 
 def to_host(leaf: Node, dtype: torch.dtype) -> torch.Tensor:
     """A CPU tensor of logical dtype ``dtype`` from a device-data leaf (``TransferFromDevice``)."""
     metrics.counter_inc("TransferFromDevice")
-    arr = np.array(leaf.data)
+    data = leaf.data
+    if not data.is_fully_addressable:  # replicated over every process: the local copy
+        data = data.addressable_shards[0].data
+    arr = np.array(data)
     bits = BIT_VIEWS.get(dtype)
     if bits is not None:
         return torch.from_numpy(arr.view(_NP_BITS[bits])).view(dtype)

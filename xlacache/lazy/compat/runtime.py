@@ -1,4 +1,5 @@
-"""``torch_xla.runtime`` (``xr``): one device per process, ``world_size()`` processes."""
+"""``torch_xla.runtime`` (``xr``): one device per process, ``world_size()`` processes; with
+SPMD, a mesh over every device of every process (``global_runtime_device_count``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 
 import xlacache
 from xlacache.lazy import device_type, global_ordinal, local_ordinal, world_size
+from xlacache.lazy.distributed import env as _env
 from xlacache.lazy.spmd import mesh as _spmd
 
 __all__ = [
@@ -28,11 +30,13 @@ __all__ = [
 
 
 def process_index() -> int:
-    return global_ordinal()
+    """This process's index in the job (joined from the environment if need be)."""
+    return _env.join().rank
 
 
 def process_count() -> int:
-    return world_size()
+    """The processes of the job (joined from the environment if need be)."""
+    return _env.join().world
 
 
 def global_device_count() -> int:
@@ -48,12 +52,13 @@ def addressable_device_count() -> int:
 
 
 def global_runtime_device_count() -> int:
-    """The devices SPMD can shard over (all of this process's: ``jax.devices()``)."""
+    """The devices SPMD can shard over: every device of every process of the job."""
     return _spmd.device_count()
 
 
 def addressable_runtime_device_count() -> int:
-    return _spmd.device_count()
+    """The devices of this process."""
+    return _spmd.addressable_device_count()
 
 
 def using_pjrt() -> bool:

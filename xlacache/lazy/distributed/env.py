@@ -4,7 +4,13 @@ A job is described by the environment, as torchrun and ``launch`` set it: ``RANK
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, and the coordinator's address in
 ``XLACACHE_COORDINATOR`` (``launch``), else ``MASTER_ADDR`` and ``MASTER_PORT + 1`` (torchrun's
 own store holds ``MASTER_PORT``). ``start()`` initializes ``jax.distributed`` with bounded
-timeouts; it must run before anything starts JAX's backend.
+timeouts; it must run before anything starts JAX's backend. ``join()`` does it from the
+environment when nothing has (SPMD under torchrun), or adopts a ``jax.distributed`` runtime
+the script started itself.
+
+Devices per process: torch_xla's ``CPU_NUM_DEVICES`` sets how many CPU devices each process
+has (``jax_num_cpu_devices``; ``XLA_FLAGS=--xla_force_host_platform_device_count`` works too,
+as JAX reads it), applied at import of ``xlacache.lazy`` and in every worker.
 """
 
 from __future__ import annotations
@@ -61,6 +67,23 @@ def job_from_env() -> Job:
     return Job(rank, world, local_rank, local_world, coordinator)
 
 
+def configure_devices() -> None:
+    """``CPU_NUM_DEVICES`` -> ``jax_num_cpu_devices``, unless the script set it or JAX's
+    backend already started (then the count it started with stays)."""
+    raw = os.environ.get("CPU_NUM_DEVICES", "").strip()
+    if not raw:
+        return
+    n = _env_int("CPU_NUM_DEVICES", 0)
+    if n < 1:
+        raise ValueError(f"xlacache.lazy: CPU_NUM_DEVICES={raw!r} must be a positive integer")
+    import jax
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized() or jax.config.jax_num_cpu_devices >= 0:
+        return
+    jax.config.update("jax_num_cpu_devices", n)
+
+
 _STARTED: list[Job] = []
 
 
@@ -74,6 +97,7 @@ def start(job: Job) -> None:
         if _STARTED[0] != job:
             raise RuntimeError("xlacache.lazy: this process already joined another job")
         return
+    configure_devices()
     if job.world > 1:
         if job.coordinator is None:
             raise RuntimeError(
@@ -102,6 +126,24 @@ def start(job: Job) -> None:
             shutdown_timeout_seconds=int(timeout_s("XLACACHE_SHUTDOWN_TIMEOUT", 30)),
         )
     _STARTED.append(job)
+
+
+def join() -> Job:
+    """This process's job, joined if need be: a ``jax.distributed`` runtime the script started
+    itself is adopted; else a multi-process job named by the environment (torchrun's
+    ``RANK``/``WORLD_SIZE``) is started. Called by ``use_spmd`` and the process names."""
+    if _STARTED:
+        return _STARTED[0]
+    from jax._src.distributed import global_state
+
+    if global_state.client is not None:  # jax.distributed.initialize by the script
+        world, rank = int(global_state.num_processes), int(global_state.process_id)
+        _STARTED.append(Job(rank, world, rank, world, global_state.coordinator_address))
+        return _STARTED[0]
+    job = job_from_env()
+    if job.world > 1:
+        start(job)
+    return job
 
 
 def current() -> Job:

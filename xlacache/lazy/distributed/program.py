@@ -13,12 +13,11 @@ the job: rank 0 compiles, the others load it).
 Graphs without collectives (rank 0's ``loss.item()``) stay single-device programs that run
 without the other processes.
 
-The processes must build the same graph: a rank-dependent constant (``torch.full(..., rank)``)
+The processes must run the same graph: a rank-dependent constant (``torch.full(..., rank)``)
 or an extra output on one rank would make different programs pair their collectives, and JAX
 folds a collective over a value that depends on no process's input (``psum(c) = c * world``).
-So before a graph with collectives compiles, the processes compare its key through the job's
-coordination service (``XLACACHE_COLLECTIVE_TIMEOUT``, 300 s); a difference is an error
-naming the ranks, never a wrong number.
+So every execution of a graph with collectives is checked first (``agreement.py``): a
+difference is an error naming the ranks, never a wrong number.
 """
 
 from __future__ import annotations
@@ -29,51 +28,20 @@ from typing import Any
 COLLECTIVE_OPS: set[Any] = set()  # filled by ``collectives``
 
 
-def process_program(order: list[Any], key: bytes) -> ProcessProgram | None:
-    """A ``ProcessProgram`` when the graph ``order`` (graph key ``key``) holds a collective,
-    once every process has the same graph; else None."""
-    if not COLLECTIVE_OPS:
-        return None
-    for n in order:
-        if n.func in COLLECTIVE_OPS:
-            _agree(key)
-            return ProcessProgram()
+def has_collectives(order: list[Any]) -> bool:
+    """Whether the graph ``order`` holds a collective (then it runs over the process mesh)."""
+    return bool(COLLECTIVE_OPS) and any(n.func in COLLECTIVE_OPS for n in order)
+
+
+def process_program(order: list[Any]) -> ProcessProgram | None:
+    """A ``ProcessProgram`` when the graph ``order`` holds a collective, else None."""
+    if has_collectives(order):
+        from .env import current
+
+        if current().world == 1:
+            raise RuntimeError("xlacache.lazy: a collective outside a multi-process job")
+        return ProcessProgram()
     return None
-
-
-_COMPILES = [0]
-
-
-def _agree(key: bytes) -> None:
-    """Check that every process compiles the graph ``key`` as its next collective program."""
-    from .env import client, current, timeout_s
-
-    job = current()
-    if job.world == 1:
-        raise RuntimeError("xlacache.lazy: a collective outside a multi-process job")
-    _COMPILES[0] += 1
-    base = f"xlacache/programs/{_COMPILES[0]}"
-    kv = client()
-    kv.key_value_set(f"{base}/{job.rank}", key.hex())
-    timeout = timeout_s("XLACACHE_COLLECTIVE_TIMEOUT", 300)
-    keys = []
-    for r in range(job.world):
-        try:
-            keys.append(kv.blocking_key_value_get(f"{base}/{r}", int(timeout * 1000)))
-        except Exception as e:  # noqa: BLE001 - a timeout, or the job going down
-            raise RuntimeError(
-                f"xlacache.lazy: rank {r} did not reach collective program "
-                f"#{_COMPILES[0]} within {timeout:g} s: every process must run the same "
-                f"graphs with collectives, in the same order ({type(e).__name__})"
-            ) from None
-    if len(set(keys)) > 1:
-        differ = [r for r, k in enumerate(keys) if k != keys[job.rank]]
-        raise RuntimeError(
-            f"xlacache.lazy: rank {job.rank}'s graph with collectives differs from rank(s) "
-            f"{differ}'s (collective program #{_COMPILES[0]}): every process must trace the "
-            "same step (no rank-dependent constants or extra pending values on one rank); "
-            "run rank-specific work after sync()"
-        )
 
 
 class ProcessProgram:
@@ -91,21 +59,17 @@ class ProcessProgram:
         self.spec = P(AXIS)
         self.sharding = NamedSharding(self.mesh, self.spec)
         self.device = jax.local_devices()[0]
+        self.devices = tuple(self.mesh.devices.flat)
 
     def jit(self, fn: Callable[..., list], n_args: int, donated: tuple[int, ...]) -> Any:
         import jax
-
-        scalar_out: list[bool] = []
 
         def body(*args: Any) -> list[Any]:
             args = tuple(
                 a.reshape(()) if s else a for a, s in zip(args, self._scalar_in, strict=True)
             )
-            outs = fn(*args)
-            scalar_out[:] = [o.ndim == 0 for o in outs]
-            return [o.reshape(1) if o.ndim == 0 else o for o in outs]
+            return [o.reshape(1) if o.ndim == 0 else o for o in fn(*args)]
 
-        self._scalar_out = scalar_out
         mapped = jax.shard_map(
             body,
             mesh=self.mesh,
@@ -115,16 +79,26 @@ class ProcessProgram:
         )
         return jax.jit(mapped, donate_argnums=donated, keep_unused=True)
 
-    def avals(self, arrays: list[Any], scalars: Any) -> list[Any]:
-        """The global arguments' shapes (for ``lower``), from this process's values."""
+    def avals(self, arrays: list[Any], scalars: Any, out_shapes: list[tuple]) -> list[Any]:
+        """The global arguments' shapes (for ``lower``), from this process's values and the
+        graph's output shapes."""
         import jax
 
         args = [*arrays, scalars]
         self._scalar_in = tuple(len(a.shape) == 0 for a in args)
+        self._scalar_out = tuple(len(s) == 0 for s in out_shapes)
         return [
             jax.ShapeDtypeStruct(self._global_shape(a.shape), a.dtype, sharding=self.sharding)
             for a in args
         ]
+
+    def signature(self, local: dict[str, list]) -> dict[str, list]:
+        """The program's signature (global shapes) from the graph's (this process's)."""
+        return {
+            **local,
+            "inputs": [[list(self._global_shape(tuple(s))), d] for s, d in local["inputs"]],
+            "outputs": [[list(self._global_shape(tuple(s))), d] for s, d in local["outputs"]],
+        }
 
     def _global_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         if not shape:
@@ -132,7 +106,8 @@ class ProcessProgram:
         return (shape[0] * self.world, *shape[1:])
 
     def wrap(self, compiled: Any) -> Callable[..., list[Any]]:
-        """``compiled`` called as a local program: local values in, local values out."""
+        """``compiled`` (a jit-compiled or alias-loaded program over the process mesh) called
+        as a local program: local values in, local values out."""
         import jax
 
         sharding, device = self.sharding, self.device

@@ -5,6 +5,11 @@
 ``NamedSharding`` (``jax.device_put``), a pending value gets a sharding-constraint node
 (``xlacache::shard``, lowered to ``lax.with_sharding_constraint``). XLA propagates shardings
 through the rest of the graph, which compiles once for all devices; ``.cpu()`` gathers.
+
+In a multi-process job (``xl.launch``, torchrun) the mesh spans the job: device ids are
+global ordinals (process 0's devices first), ``mark_sharding`` of a value every process holds
+alike places this process's shards of the global array, and every graph over the mesh is one
+program run by every process (``docs/spmd.md``).
 """
 
 from __future__ import annotations
@@ -18,14 +23,16 @@ import numpy as np
 import torch
 from jax.sharding import NamedSharding, PartitionSpec
 
+from ..distributed import env
 from ..executor import materialize
 from ..graph import DATA
 from ..record import record, value
 from ..tensor import LOCK, LazyTensor
-from .placement import SHARD, STATE, constraint_code
+from .placement import SHARD, STATE, constraint_code, replicated, to_global
 
 __all__ = [
     "Mesh",
+    "ShardingSpec",
     "clear_sharding",
     "get_global_mesh",
     "get_1d_mesh",
@@ -38,12 +45,14 @@ __all__ = [
 
 
 def use_spmd(auto: bool = False) -> None:
-    """``xr.use_spmd()``: turn SPMD on (``Mesh`` and ``mark_sharding`` also do)."""
+    """``xr.use_spmd()``: turn SPMD on (``Mesh`` and ``mark_sharding`` also do). In a job
+    named by the environment (torchrun), this process joins it first."""
     if auto:
         raise NotImplementedError(
             "xlacache.lazy: auto-sharding (use_spmd(auto=True)) is not "
             "supported; annotate tensors with mark_sharding"
         )
+    env.join()
     STATE["spmd"] = True
 
 
@@ -51,16 +60,30 @@ def is_spmd() -> bool:
     return bool(STATE["spmd"])
 
 
+def devices() -> list[Any]:
+    """Every device of the job in mesh order: ``Mesh`` device id ``i`` is ``devices()[i]``
+    (process 0's devices, then process 1's, ...)."""
+    env.join()
+    return sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+
+
 def device_count() -> int:
-    """The number of devices this process drives (``xr.global_runtime_device_count()``)."""
-    return len(jax.devices())
+    """The devices of every process of the job (``xr.global_runtime_device_count()``)."""
+    return len(devices())
+
+
+def addressable_device_count() -> int:
+    """The devices of this process (``xr.addressable_runtime_device_count()``)."""
+    env.join()
+    return len(jax.local_devices())
 
 
 class Mesh:
     """``xs.Mesh``: a logical ``mesh_shape`` array of device ids with optional axis names.
 
-    ``device_ids`` are ids of this process's devices (``0 .. N-1`` on CPU with
-    ``jax_num_cpu_devices=N``), laid out row-major over ``mesh_shape``.
+    ``device_ids`` are global ordinals ``0 .. N-1`` of the job's devices (``devices()``: on
+    CPU, ``CPU_NUM_DEVICES`` per process times the processes), laid out row-major over
+    ``mesh_shape``.
     """
 
     def __init__(
@@ -75,12 +98,14 @@ class Mesh:
             raise ValueError(f"xlacache.lazy: {len(ids)} device ids do not fill mesh {shape}")
         if len(set(ids)) != len(ids):
             raise ValueError(f"xlacache.lazy: mesh device ids repeat: {ids}")
-        by_id = {d.id: d for d in jax.devices()}
-        missing = [i for i in ids if i not in by_id]
+        job = devices()
+        missing = [i for i in ids if not 0 <= i < len(job)]
         if missing:
+            processes = len({d.process_index for d in job})
             raise ValueError(
-                f"xlacache.lazy: no device with id {missing} (this process has {len(by_id)}; "
-                "on CPU set jax_num_cpu_devices or XLA_FLAGS="
+                f"xlacache.lazy: no device with id {missing} (the job has {len(job)}: "
+                f"{processes} process(es) x {len(jax.local_devices())}; on CPU set "
+                "CPU_NUM_DEVICES, jax_num_cpu_devices or XLA_FLAGS="
                 "--xla_force_host_platform_device_count before the first device use)"
             )
         if axis_names is None:
@@ -93,7 +118,7 @@ class Mesh:
         self.axis_names = tuple(axis_names)
         self._names = names
         self.jax_mesh = jax.sharding.Mesh(
-            np.asarray([by_id[i] for i in ids], dtype=object).reshape(shape), names
+            np.asarray([job[i] for i in ids], dtype=object).reshape(shape), names
         )
         use_spmd()
 
@@ -184,7 +209,7 @@ def clear_sharding(t: torch.Tensor) -> torch.Tensor:
         if n.op == DATA:
             s = n.data.sharding
             if isinstance(s, NamedSharding) and len(s.device_set) > 1:
-                n.data = jax.device_put(n.data, NamedSharding(s.mesh, PartitionSpec()))
+                _place(t, n, replicated(s))
         elif n.func is SHARD and t._c._root is None:
             t._c._v = n.inputs[0]
     return t
@@ -195,11 +220,44 @@ def _annotate(t: LazyTensor, sharding: NamedSharding) -> None:
     with LOCK:
         n, _ = value(t)
         if n.op == DATA:
-            # placement, not value: every holder of this leaf sees the sharded array
-            n.data = jax.device_put(n.data, sharding)
+            _place(t, n, sharding)
             return
         out = record(SHARD, (t, constraint_code(sharding)), {})
         t._c._v = out._c._v
+
+
+def _place(t: LazyTensor, leaf: Any, sharding: NamedSharding) -> None:
+    """Place device data with ``sharding`` (its placement, not its value: every holder of the
+    leaf sees the placed array). A global array is placed again by a graph (a program every
+    process runs); one-device data becomes this process's shards of the global array."""
+    if leaf.data.is_fully_addressable:
+        leaf.data = to_global(leaf.data, sharding, check="mark_sharding")
+        return
+    out = record(SHARD, (t, constraint_code(sharding)), {})
+    materialize([out])
+    leaf.data = value(out)[0].data
+
+
+class ShardingSpec:
+    """``xs.ShardingSpec``: how ``MpDeviceLoader(..., input_sharding=spec)`` places each batch
+    tensor: ``mesh`` and ``partition_spec`` as for ``mark_sharding``. ``minibatch=True``: each
+    process loads its own slice of the global batch (the global batch is the processes'
+    batches in process order along the sharded dimensions); ``False``: every process loads the
+    whole batch."""
+
+    def __init__(self, mesh: Mesh, partition_spec: Sequence[Any], minibatch: bool = False) -> None:
+        self.mesh = mesh
+        self.partition_spec = tuple(partition_spec)
+        self.minibatch = bool(minibatch)
+
+    def can_apply(self, t: torch.Tensor) -> bool:
+        return t.dim() == len(self.partition_spec)
+
+    def sharding(self, ndim: int) -> NamedSharding:
+        return self.mesh.sharding(self.partition_spec, ndim)
+
+    def __repr__(self) -> str:
+        return f"ShardingSpec({self.mesh!r}, {self.partition_spec!r}, minibatch={self.minibatch})"
 
 
 def sharding_spec(t: torch.Tensor) -> str:

@@ -3,9 +3,14 @@
 Once SPMD is in use (``use_spmd``, a ``Mesh``, ``mark_sharding``), every graph's key also
 covers where each input lives (``graph_inputs``): committed or not, the device assignment,
 XLA's canonical sharding text and the memory kind. A constraint's sharding is an attribute of
-its ``xlacache::shard`` node, so it is in the node's digest. A graph that runs on more than
-one device never goes through the single-device alias path (``is_sharded_graph``). Before
-SPMD is used, keys are exactly what they were without this module.
+its ``xlacache::shard`` node, so it is in the node's digest. A graph that may run on more
+than one device names its devices (``program_devices``) for its alias; one whose devices
+belong to other processes too is a cross-process program (``spans_processes``). Before SPMD
+is used, keys are exactly what they were without this module.
+
+In a multi-process job (a mesh over every process's devices), a value every process holds
+alike (a seeded parameter, a one-device input) becomes a global array with ``to_global``:
+each process places only its own shards.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import torch
 from jax.sharding import NamedSharding, PartitionSpec
 
 from .. import metrics
+from ..distributed.agreement import agree
 from ..graph import Node
-from ..lowering import reg
+from ..lowering import reg, x64
 
 STATE: dict[str, Any] = {"spmd": False, "global_mesh": None}
 
@@ -93,6 +99,43 @@ def _assignment(arrays: list[Any], order: list[Node]) -> tuple | None:
     return None
 
 
+def to_global(a: Any, sharding: Any, check: str | None = None, domain: str = "runs") -> jax.Array:
+    """``a`` (a one-device array or a host array, the same value on every process) placed with
+    ``sharding``; over other processes' devices too, each process places its own shards (no
+    communication). With ``check`` (what the value is, for errors) the processes first compare
+    a digest of it (``agreement``, in ``domain``): a value that differs is an error naming the
+    ranks, never a global array made of different values."""
+    with x64():
+        if sharding.is_fully_addressable:
+            return jax.device_put(a, sharding)
+        host = np.asarray(a)
+        if check is not None:
+            h = blake2b(b"xlacache.lazy.value/1", digest_size=16)
+            _digest(h, host)
+            what = f"{check} of a {host.dtype.name}{list(host.shape)} value"
+            agree(b"", what, domain, inputs=h.digest())
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def _digest(h: Any, host: np.ndarray) -> None:
+    """Feed a host value's dtype, shape and bytes to the hash ``h``."""
+    h.update(f"{host.dtype.name}{host.shape}".encode())
+    h.update(np.ascontiguousarray(host).view(np.uint8).reshape(-1).data)
+
+
+def _everywhere(devices: Any) -> NamedSharding:
+    """A value replicated over ``devices``, in their order (a 1-D mesh of them)."""
+    mesh = jax.sharding.Mesh(np.asarray(devices, dtype=object), ("_r",))
+    return NamedSharding(mesh, PartitionSpec())
+
+
+def replicated(sharding: Any) -> NamedSharding:
+    """A sharding that replicates a value over ``sharding``'s devices, in their order."""
+    if isinstance(sharding, NamedSharding):
+        return NamedSharding(sharding.mesh, PartitionSpec())
+    return _everywhere(sharding._device_assignment)
+
+
 def graph_inputs(arrays: list[Any], leaves: list[Node], order: list[Node]) -> bytes | None:
     """The executor's hook at a barrier, before the graph key is computed.
 
@@ -111,11 +154,10 @@ def graph_inputs(arrays: list[Any], leaves: list[Node], order: list[Node]) -> by
     if misplaced:
         assignment = _assignment(arrays, order)
         if assignment is not None and len(assignment) > 1:
-            mesh = jax.sharding.Mesh(np.asarray(assignment, dtype=object), ("_r",))
-            replicated = NamedSharding(mesh, PartitionSpec())
+            everywhere = _everywhere(assignment)
             for j in misplaced:
                 a = arrays[j]
-                arrays[j] = jax.device_put(a, replicated)
+                arrays[j] = to_global(a, everywhere)
                 if leaves[j].data is a:
                     leaves[j].data = arrays[j]
                 metrics.counter_inc("ReplicateToMesh")
@@ -126,10 +168,34 @@ def graph_inputs(arrays: list[Any], leaves: list[Node], order: list[Node]) -> by
     return h.digest()
 
 
-def is_sharded_graph(arrays: list[Any], order: list[Node]) -> bool:
-    """Whether a graph may run on more than one device (then no single-device alias)."""
+def replicated_inputs(arrays: list[Any], scalars: np.ndarray) -> bytes:
+    """A digest of the inputs of a program over several processes that each process passes
+    from its own memory (host numbers, one-device data): they must be the same everywhere."""
+    h = blake2b(b"xlacache.lazy.inputs/1", digest_size=16)
+    _digest(h, scalars)
+    for a in arrays:
+        if isinstance(a, jax.Array) and a.is_fully_addressable:
+            _digest(h, np.asarray(a))
+    return h.digest()
+
+
+def program_devices(arrays: list[Any], order: list[Node]) -> tuple | None:
+    """The devices a graph's program runs on, in the program's order, when SPMD may place it
+    (a committed input, a constraint); None for a program on the default device."""
     if not STATE["spmd"]:
+        return None
+    assignment = _assignment(arrays, order)
+    if assignment is not None:
+        return tuple(assignment)
+    for a in arrays:
+        if isinstance(a, jax.Array) and a.committed:
+            return tuple(a.sharding._device_assignment)
+    return None
+
+
+def spans_processes(devices: tuple | None) -> bool:
+    """Whether a program on ``devices`` runs on other processes' devices too."""
+    if not devices:
         return False
-    if any(isinstance(a, jax.Array) and a.committed for a in arrays):
-        return True
-    return any(n.func is SHARD for n in order)
+    me = jax.process_index()
+    return any(d.process_index != me for d in devices)

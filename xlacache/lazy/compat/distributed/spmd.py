@@ -2,6 +2,7 @@
 
 from xlacache.lazy.spmd.mesh import (
     Mesh,
+    ShardingSpec,
     clear_sharding,
     get_1d_mesh,
     get_global_mesh,
@@ -11,6 +12,7 @@ from xlacache.lazy.spmd.mesh import (
 
 __all__ = [
     "Mesh",
+    "ShardingSpec",
     "clear_sharding",
     "get_1d_mesh",
     "get_global_mesh",
