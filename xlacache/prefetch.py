@@ -232,12 +232,16 @@ class Prefetcher:
         if future is None:
             return None
         if not future.cancel():
+            if not future.done():
+                counters.add("coalesced_reads")  # being loaded: wait for it
             return future.result()
         with self._lock:
             download = self._downloads.pop(key, None)
         if download is None:
             return None
-        fetched = download.result()  # fetched, or being fetched: one read, not two
+        if not download.done():
+            counters.add("coalesced_reads")  # being fetched: one read, not two
+        fetched = download.result()
         return None if fetched is None else Prefetched(fetched, None)
 
     def close(self) -> None:

@@ -179,6 +179,7 @@ class LeaseHandlers:
         if request.wait_seconds > 0 and self._blocked.acquire(blocking=False):
             try:
                 self.blocked.inc()
+                self.metrics.add("lease_waits_blocked")
                 remaining = context.time_remaining()
                 budget = min(request.wait_seconds, MAX_WAIT)
                 if remaining is not None:
@@ -186,6 +187,7 @@ class LeaseHandlers:
                 waited = self.table.wait(key, budget)
             finally:
                 self.blocked.dec()
+                self.metrics.add("lease_waits_blocked", -1)
                 self._blocked.release()
             self.wakes.labels(waited.wake.value).inc()
             return pb.LeaseWaitResponse(holder=waited.holder, wake=_WAKES[waited.wake], waited=True)

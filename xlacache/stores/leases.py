@@ -15,9 +15,10 @@ less, under a per-process request rate). Every wait has a deadline: see
 
 Backends, chosen by the store (`Store.leases()`):
 
-- `DirLeases`: processes sharing one cache directory. A lock file per key, held with
-  flock(2): the kernel drops the lock the moment its holder dies, and a waiter blocked
-  on it wakes at once.
+- `DirLeases` (`stores/dir_leases.py`): processes sharing one cache directory. A lock
+  file per key, held with flock(2): the kernel drops the lock the moment its holder
+  dies, and a waiter blocked on it wakes at once; a holder that hangs stops renewing the
+  time in its file and is outlasted by the ttl.
 - `MemoryLeases`: the table of one `xlacache serve` over a directory, with expiry
   (clients reach it through the Lease, LeaseHold and LeaseWait RPCs: `stores/remote.py`).
 - `GCSLeases` (`stores/gcs_leases.py`): lease objects in the bucket, created with
@@ -31,17 +32,13 @@ so two threads of one process compiling one key do not both hold it.
 from __future__ import annotations
 
 import abc
-import contextlib
 import enum
-import fcntl
-import json
 import os
 import socket
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 from xlacache import counters
 from xlacache.errors import kind_of
@@ -51,7 +48,7 @@ DEFAULT_TTL = 30.0  # seconds a lease lives unless renewed
 MIN_TTL = 1.0
 MAX_TTL = 600.0
 _FORGET_AFTER = 60.0  # seconds an expired lease is kept, so a late taker sees it was taken over
-_HOST = socket.gethostname()
+HOST = socket.gethostname()
 
 # Polling (backends that cannot be told): every POLL_MIN seconds while a compile is young,
 # then a tenth of its age, at most POLL_MAX; one process polls at most MAX_POLL_RATE
@@ -63,7 +60,7 @@ MAX_POLL_RATE = 20.0
 
 def new_holder() -> str:
     """A unique holder id: host, process, and a random part (one per attempt)."""
-    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 def check_name(name: str) -> str:
@@ -299,171 +296,6 @@ class MemoryLeases(LeaseTable):
         self._next_sweep = now + _FORGET_AFTER
         for name in [n for n, (_, exp, _) in self._leases.items() if exp < now - _FORGET_AFTER]:
             del self._leases[name]
-
-
-class DirLeases(LeaseTable):
-    """Leases among processes sharing a cache directory: `leases/<key>.lock`, flock'ed.
-
-    The holder keeps the lock file open and locked; the kernel releases the lock when
-    the holder exits or dies, so liveness needs no expiry (`ttl` is not used). A holder
-    writes its id into the file; a file found with an id in it but no lock belonged to
-    a holder that died (released leases are removed), so acquiring it is a takeover.
-    `holder` tests the lock with a shared, non-blocking flock on a read-only descriptor:
-    it writes nothing (readers on a read-only mount may call it).
-    """
-
-    def __init__(self, root: str | os.PathLike) -> None:
-        self.dir = Path(root) / "leases"
-        self._held: dict[tuple[str, str], int] = {}  # (name, holder) -> locked fd
-        self._lock = threading.Lock()
-
-    def _path(self, name: str) -> Path:
-        return self.dir / f"{check_name(name)}.lock"
-
-    def acquire(self, name: str, holder: str, ttl: float) -> Grant:
-        path = self._path(name)
-        with self._lock:
-            if (name, holder) in self._held:
-                return Grant(True, holder=holder)
-        for _ in range(8):  # a lease released between our open and our lock: open again
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except FileNotFoundError:
-                self.dir.mkdir(exist_ok=True)
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                current = _read_record(fd).get("holder", "")
-                os.close(fd)
-                return Grant(False, holder=current)
-            except BaseException:
-                os.close(fd)
-                raise
-            if not _is_file_at(fd, path):
-                os.close(fd)
-                continue
-            previous = _read_record(fd).get("holder", "")
-            record = {"holder": holder, "pid": os.getpid(), "host": _HOST, "since": time.time()}
-            try:
-                data = json.dumps(record).encode()
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, data, 0)
-            except BaseException:
-                os.close(fd)
-                raise
-            with self._lock:
-                self._held[(name, holder)] = fd
-            return Grant(True, taken_over=bool(previous) and previous != holder, holder=holder)
-        return Grant(False)
-
-    def renew(self, name: str, holder: str, ttl: float) -> bool:
-        with self._lock:
-            return (name, holder) in self._held  # a held flock cannot be lost
-
-    def release(self, name: str, holder: str) -> None:
-        with self._lock:
-            fd = self._held.pop((name, holder), None)
-        if fd is None:
-            return
-        try:
-            path = self._path(name)
-            if _is_file_at(fd, path):  # removed while still locked: nobody inherits it
-                path.unlink(missing_ok=True)
-        finally:
-            os.close(fd)
-
-    def holder(self, name: str) -> str | None:
-        return self.state(name)[0]
-
-    def state(self, name: str) -> tuple[str | None, Wake, float | None]:
-        try:
-            fd = os.open(self._path(name), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None, Wake.RELEASED, None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                record = _read_record(fd)
-                since = record.get("since")
-                age = time.time() - since if isinstance(since, (int, float)) else None
-                return record.get("holder") or "unknown", Wake.HELD, age
-            return None, _ended(fd), None  # a dead holder's file, or one being released
-        finally:
-            os.close(fd)  # drops our shared lock
-
-    def wait(self, name: str, timeout: float) -> Waited:
-        """Block on the holder's lock (a shared flock, on a thread so the wait keeps its
-        deadline): the kernel wakes it the moment the holder releases or dies. A wait
-        that times out leaves its thread blocked until the holder ends."""
-        try:
-            fd = os.open(self._path(name), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return Waited(Wake.RELEASED, pushed=True)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pass
-        except BaseException:
-            os.close(fd)
-            raise
-        else:
-            ended = _ended(fd)
-            os.close(fd)
-            return Waited(ended, pushed=True)
-        holder = _read_record(fd).get("holder") or "unknown"
-        outcome: list[Wake] = []
-        unlocked = threading.Event()
-
-        def block() -> None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH)  # returns when the holder lets go or dies
-                outcome.append(_ended(fd))
-            except OSError:
-                outcome.append(Wake.RELEASED)
-            finally:
-                os.close(fd)
-                unlocked.set()
-
-        threading.Thread(target=block, name="xlacache-lease-wait", daemon=True).start()
-        if unlocked.wait(max(0.0, timeout)):
-            return Waited(outcome[0], pushed=True)
-        return Waited(Wake.HELD, holder=holder)
-
-    def close(self) -> None:
-        with self._lock:
-            held = list(self._held)
-        for name, holder in held:  # only a store closed mid-compile gets here
-            with contextlib.suppress(OSError):
-                self.release(name, holder)
-
-
-def _read_record(fd: int) -> dict:
-    try:
-        data = os.pread(fd, 4096, 0)
-        record = json.loads(data) if data else {}
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
-def _ended(fd: int) -> Wake:
-    """How the lease of an unlocked lock file ended: a released one's file is removed, a
-    dead holder's stays behind (with its record)."""
-    if os.fstat(fd).st_nlink == 0 or not _read_record(fd).get("holder"):
-        return Wake.RELEASED
-    return Wake.ABANDONED
-
-
-def _is_file_at(fd: int, path: Path) -> bool:
-    """Whether the open file is still the one at `path` (not unlinked or replaced)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    mine = os.fstat(fd)
-    return (st.st_ino, st.st_dev) == (mine.st_ino, mine.st_dev)
 
 
 class HeldLease:
