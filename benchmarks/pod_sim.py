@@ -10,9 +10,11 @@ Stores: ``dir`` (every worker on one cache directory), ``server`` (an `xlacache 
 on loopback; each worker its own local directory in front of it) and ``gcs`` (the
 fake-gcs-server emulator behind a recording proxy, `tests/gcsutil.py`; each worker its own
 local directory). Worker i gets RANK=i (rank 0 writes, the others read: docs/pods.md)
-and XLACACHE_JOB=pod-sim. Each imports JAX, opens the cache, builds the model of
-benchmarks/jax_gpt.py (``--size``), says it is ready, and runs its first step when the
-driver says go; its first step is timed from that call until its outputs are ready.
+and XLACACHE_JOB=pod-sim. Each imports JAX, opens the cache and says it is ready; when
+the driver says go it starts training the model of benchmarks/jax_gpt.py (``--size``)
+as a JAX script does: parameters made on the device (random-normal, ones and zeros
+programs by shape), the optimizer state (one program), the train step, an evaluation:
+about 10-20 programs. Its *first step* is timed from go until the evaluation is ready.
 
 Phases, each on a fresh store:
 
@@ -75,12 +77,14 @@ SIZES = {
 
 
 def worker_main(args) -> None:
+    import functools
+
     import jax
     from jax._src import compiler
 
     sys.path.insert(0, str(ROOT))
     import xlacache
-    from benchmarks.jax_gpt import Config, init_state, make_batch, make_train_step
+    from benchmarks.jax_gpt import Config, loss_fn, make_batch, make_train_step
 
     record: dict = {"rank": int(os.environ.get("RANK", "0")), "compiles": []}
     inner = compiler.backend_compile_and_load
@@ -111,9 +115,9 @@ def worker_main(args) -> None:
     options = {"remote": args.remote} if args.remote else {}
     xlacache.initialize_cache(args.cache_dir, **options)
     cfg = Config(**SIZES[args.size])
-    params, opt_state = init_state(cfg)
     batch = make_batch(cfg)
     step = make_train_step(cfg)
+    evaluate = jax.jit(functools.partial(loss_fn, cfg))
     record["ready"] = time.time()
     if args.ready:
         Path(args.ready).touch()
@@ -123,12 +127,36 @@ def worker_main(args) -> None:
                 raise SystemExit("no start signal")
             time.sleep(0.002)
     start = time.time()
+    params, opt_state = init_on_device(cfg)
     params, opt_state, loss = step(params, opt_state, batch)
+    loss = evaluate(params, batch)
     jax.block_until_ready((params, opt_state, loss))
     record.update(start=start, done=time.time(), loss=float(loss))
     record["first_step_s"] = record["done"] - start
     record["stats"] = xlacache.stats()
     Path(args.result).write_text(json.dumps(record))
+
+
+def init_on_device(cfg):
+    """Parameters and optimizer state made on the device, as a JAX training script makes
+    them: a random-normal, ones or zeros program per distinct shape, one for the state."""
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks.jax_gpt import init_params
+
+    shapes = init_params(cfg)  # numpy, for the shapes and which are gains
+    keys = iter(jax.random.split(jax.random.key(0), 1000))
+
+    def make(path, leaf):
+        name = str(path[-1])
+        if leaf.ndim >= 2:
+            return jax.random.normal(next(keys), leaf.shape, jnp.float32) * 0.02
+        return (jnp.ones if "_g" in name else jnp.zeros)(leaf.shape, jnp.float32)
+
+    params = jax.tree_util.tree_map_with_path(make, shapes)
+    zeros = jax.jit(lambda p: jax.tree_util.tree_map(jnp.zeros_like, p))
+    return params, (jnp.zeros((), jnp.int32), zeros(params), zeros(params))
 
 
 # -- stores ----------------------------------------------------------------------------

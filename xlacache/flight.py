@@ -35,7 +35,6 @@ from xlacache.stores.leases import (
     LeaseTable,
     Wake,
     new_holder,
-    poll_interval,
 )
 
 log = logging.getLogger("xlacache")
@@ -220,10 +219,16 @@ class Flight(Generic[T]):
                 "xlacache: reader waiting up to %.0f s for a writer to compile %s "
                 "(writer_grace; no writer is compiling it yet)", grace, self.name,
             )  # fmt: skip
-        # Nobody holds the lease, so there is nothing to block on: look again shortly.
-        time.sleep(min(grace - waited_for, poll_interval(waited_for)))
-        counters.add("lease_polls")
+        try:  # until a writer takes the lease, or its entry comes
+            waited = self.table.wait(self.key, grace - waited_for, free=True)
+        except Exception as exc:  # noqa: BLE001
+            counters.record_error(kind_of(exc), exc)
+            return self._end(Landing.COMPILE)
         self.waited = True
+        if waited.pushed:
+            counters.add("lease_wakes")
+        if waited.wake is Wake.HELD and waited.holder:
+            return None  # a writer took it: wait on it
         found = self.load()
         return None if found.found is Found.ABSENT else self._end_lookup(found)
 

@@ -180,8 +180,8 @@ class Prefetcher:
         pool.shutdown(wait=False)  # its threads end when the downloads are done
 
     def _download(self, key: str) -> Fetched | None:
-        """The shared store's entry, read without counting a use; kept in the local
-        directory too unless read-only."""
+        """The shared store's entry, read without counting a use (kept in the local
+        directory too, unless read-only, by another task: loading does not wait on it)."""
         try:
             blob = self.shared.peek(key)
             if blob is None:
@@ -192,10 +192,9 @@ class Prefetcher:
             return None
         local = self.local
         if local is not None and not (self.readonly or local.readonly):
-            try:
-                local.put(key, blob)
-            except Exception as exc:  # noqa: BLE001
-                counters.record_error(kind_of(exc), exc)
+            threading.Thread(
+                target=_keep, args=(local, key, blob), name="xlacache-keep", daemon=True
+            ).start()
         return Fetched(key, blob, found, self.shared, remote=True)
 
     def _read_local(self, key: str) -> Fetched | None:
@@ -249,6 +248,15 @@ class Prefetcher:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _keep(local: Store, key: str, blob: bytes) -> None:
+    """Write a downloaded entry into the local directory (the next run finds it there)."""
+    try:
+        if not local.contains(key):
+            local.put(key, blob)
+    except Exception as exc:  # noqa: BLE001
+        counters.record_error(kind_of(exc), exc)
 
 
 class JobRecorder:

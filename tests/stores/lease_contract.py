@@ -49,6 +49,7 @@ class LeaseContract:
     expires = True
     sees_death = False
     pushes = False
+    pushes_free = False  # a wait for a free lease to be taken is woken, not polled
 
     def child_table_code(self, table: LeaseTable) -> tuple[str, dict[str, str]] | None:
         return None
@@ -177,6 +178,19 @@ class LeaseContract:
         assert waited.wake is Wake.HELD and waited.holder == "holder-a"
         table.release(name, "holder-a")
         assert table.wait(name, 0.3).wake is Wake.RELEASED  # free: at once
+
+    def test_a_wait_on_a_free_lease_ends_when_someone_takes_it(self, table):
+        name = make_key(16)
+        threading.Timer(0.3, table.acquire, args=(name, "holder-a", 30)).start()
+        deadline = time.monotonic() + CHILD_SECONDS
+        waits = 0
+        while (waited := table.wait(name, CHILD_SECONDS, free=True)).wake is not Wake.HELD:
+            waits += 1  # a polling backend looks once per call
+            assert time.monotonic() < deadline
+        assert waited.holder == "holder-a"
+        if self.pushes_free:
+            assert waited.pushed and waits == 0
+        table.release(name, "holder-a")
 
     # -- holders that die or hang ----------------------------------------------------------
 

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 class TestMemoryLeases(LeaseContract):
-    pushes = True
+    pushes = pushes_free = True
 
     @pytest.fixture
     def table(self):
@@ -115,7 +115,7 @@ def bucket_lease_server(tmp_path_factory, gcs_emulator):
 
 class TestServerLeases(GrpcLeaseTable, LeaseContract):
     sees_death = True
-    pushes = True
+    pushes = pushes_free = True
 
     @pytest.fixture
     def lease_server(self, memory_lease_server):
@@ -125,7 +125,7 @@ class TestServerLeases(GrpcLeaseTable, LeaseContract):
 class TestBucketServerLeases(GrpcLeaseTable, LeaseContract):
     skew = DEFAULT_SKEW
     sees_death = True
-    pushes = True
+    pushes = True  # the replica polls the bucket, and answers when the lease ends
 
     @pytest.fixture
     def lease_server(self, bucket_lease_server):

@@ -184,7 +184,7 @@ class LeaseHandlers:
                 budget = min(request.wait_seconds, MAX_WAIT)
                 if remaining is not None:
                     budget = min(budget, max(0.0, remaining - 1.0))  # answer within its deadline
-                waited = self.table.wait(key, budget)
+                waited = self.table.wait(key, budget, free=request.free)
             finally:
                 self.blocked.dec()
                 self.metrics.add("lease_waits_blocked", -1)

@@ -176,10 +176,13 @@ class DirLeases(LeaseTable):
         finally:
             os.close(fd)  # drops our shared lock
 
-    def wait(self, name: str, timeout: float) -> Waited:
+    def wait(self, name: str, timeout: float, free: bool = False) -> Waited:
         """Block on the holder's lock: the kernel wakes the wait the moment the holder
         releases or dies; one that stops renewing is given up on once stale. A wait that
-        times out leaves its thread blocked until the holder ends."""
+        times out leaves its thread blocked until the holder ends. (A free lease has no
+        lock to block on: `free` waits poll.)"""
+        if free:
+            return super().wait(name, timeout, free=True)
         deadline = time.monotonic() + max(0.0, timeout)
         try:
             fd = os.open(self._path(name), os.O_RDONLY | os.O_CLOEXEC)

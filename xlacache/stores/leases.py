@@ -154,19 +154,25 @@ class LeaseTable(abc.ABC):
         in seconds if known). Read-only. The default knows only `holder`."""
         return self.holder(name), Wake.RELEASED, None
 
-    def wait(self, name: str, timeout: float) -> Waited:
+    def wait(self, name: str, timeout: float, free: bool = False) -> Waited:
         """Wait until the lease on `name` is not live any more (or its entry is stored),
-        at most `timeout` seconds. Read-only: readers wait too.
+        at most `timeout` seconds. Read-only: readers wait too. `free`: the caller saw
+        nobody hold it, and waits for someone to take it (HELD, with the holder) or for
+        its entry.
 
         This default polls `state` (`poll_interval`, paced by MAX_POLL_RATE per process;
         each look is counted in stats()["lease_polls"]); backends that can be told block.
+        A free lease is looked at once, after one interval (its entry may have come: the
+        caller looks).
         """
         start = time.monotonic()
         while True:
+            if free:
+                time.sleep(min(timeout, max(poll_interval(0.0), POLLS.reserve())))
             current, ended, age = self.state(name)
             counters.add("lease_polls")
-            if current is None:
-                return Waited(ended)
+            if current is None or free:
+                return Waited(ended if current is None else Wake.HELD, holder=current or "")
             left = timeout - (time.monotonic() - start)
             if left <= 0:
                 return Waited(Wake.HELD, holder=current)
@@ -218,6 +224,7 @@ class MemoryLeases(LeaseTable):
                     since = current[2]
             self._leases[name] = (holder, now + clamp_ttl(ttl), since)
             self._sweep(now)
+            self._changed.notify_all()  # readers waiting for a holder to come
         return Grant(True, taken_over=taken_over, holder=holder)
 
     def renew(self, name: str, holder: str, ttl: float) -> bool:
@@ -263,7 +270,7 @@ class MemoryLeases(LeaseTable):
                 self._notices[name][0] += 1
                 self._changed.notify_all()
 
-    def wait(self, name: str, timeout: float) -> Waited:
+    def wait(self, name: str, timeout: float, free: bool = False) -> Waited:
         deadline = time.monotonic() + timeout
         with self._changed:
             notices = self._notices.setdefault(name, [0, 0])  # [stored notices, waiters]
@@ -275,12 +282,18 @@ class MemoryLeases(LeaseTable):
                         return Waited(Wake.STORED, pushed=True)
                     current = self._leases.get(name)
                     now = time.monotonic()
-                    if current is None or current[1] < now:
+                    live = current is not None and current[1] >= now
+                    if free and live:
+                        return Waited(Wake.HELD, pushed=True, holder=current[0])  # taken
+                    if not free and not live:
                         ended = Wake.RELEASED if current is None else Wake.ABANDONED
                         return Waited(ended, pushed=True)
                     if now >= deadline:
-                        return Waited(Wake.HELD, holder=current[0])
-                    self._changed.wait(min(deadline, current[1]) - now + 1e-3)
+                        if live:
+                            return Waited(Wake.HELD, holder=current[0])
+                        return Waited(Wake.RELEASED if current is None else Wake.ABANDONED)
+                    until = deadline if free else min(deadline, current[1])
+                    self._changed.wait(until - now + 1e-3)
             finally:
                 notices[1] -= 1
                 if not notices[1]:

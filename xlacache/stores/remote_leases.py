@@ -146,21 +146,22 @@ class GrpcLeases(LeaseTable):
     # -- watching --------------------------------------------------------------------------
 
     def holder(self, name: str) -> str | None:
-        return self._ask(name, 0.0).holder or None
+        return self._ask(name, 0.0, False).holder or None
 
     def state(self, name: str) -> tuple[str | None, Wake, float | None]:
-        reply = self._ask(name, 0.0)
+        reply = self._ask(name, 0.0, False)
         wake = _wake(reply)
         return (reply.holder or None), (Wake.RELEASED if wake is Wake.HELD else wake), None
 
-    def wait(self, name: str, timeout: float) -> Waited:
+    def wait(self, name: str, timeout: float, free: bool = False) -> Waited:
         start = time.monotonic()
-        reply = self._ask(name, max(0.0, min(timeout, MAX_WAIT)))
+        reply = self._ask(name, max(0.0, min(timeout, MAX_WAIT)), free)
         wake = _wake(reply)
         if reply.waited:
-            return Waited(wake, pushed=wake is not Wake.HELD, holder=reply.holder)
+            changed = wake is not Wake.HELD or (free and bool(reply.holder))
+            return Waited(wake, pushed=changed, holder=reply.holder)
         counters.add("lease_polls")  # answered at once: we poll
-        if wake is Wake.HELD:
+        if wake is Wake.HELD or free:
             left = timeout - (time.monotonic() - start)
             time.sleep(max(0.0, min(left, max(poll_interval(0.0), POLLS.reserve()))))
         return Waited(wake, holder=reply.holder)
@@ -180,8 +181,8 @@ class GrpcLeases(LeaseTable):
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _ask(self, name: str, wait: float) -> pb.LeaseWaitResponse:
-        request = pb.LeaseWaitRequest(key=check_name(name), wait_seconds=wait)
+    def _ask(self, name: str, wait: float, free: bool) -> pb.LeaseWaitResponse:
+        request = pb.LeaseWaitRequest(key=check_name(name), wait_seconds=wait, free=free)
         return self._unary(request, wait + self.store.timeout)
 
     def _unary(self, request: pb.LeaseWaitRequest, timeout: float) -> pb.LeaseWaitResponse:

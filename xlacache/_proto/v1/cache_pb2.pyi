@@ -309,20 +309,22 @@ class LeaseResponse(_message.Message):
     def __init__(self, granted: _Optional[bool] = ..., taken_over: _Optional[bool] = ..., holder: _Optional[str] = ..., rebind: _Optional[bool] = ...) -> None: ...
 
 class LeaseWaitRequest(_message.Message):
-    __slots__ = ("key", "done", "loaded", "waited_seconds", "wait_seconds", "wake_seconds")
+    __slots__ = ("key", "done", "loaded", "waited_seconds", "wait_seconds", "wake_seconds", "free")
     KEY_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     LOADED_FIELD_NUMBER: _ClassVar[int]
     WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
     WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     WAKE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
     key: str
     done: bool
     loaded: bool
     waited_seconds: float
     wait_seconds: float
     wake_seconds: float
-    def __init__(self, key: _Optional[str] = ..., done: _Optional[bool] = ..., loaded: _Optional[bool] = ..., waited_seconds: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., wake_seconds: _Optional[float] = ...) -> None: ...
+    free: bool
+    def __init__(self, key: _Optional[str] = ..., done: _Optional[bool] = ..., loaded: _Optional[bool] = ..., waited_seconds: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., wake_seconds: _Optional[float] = ..., free: _Optional[bool] = ...) -> None: ...
 
 class LeaseWaitResponse(_message.Message):
     __slots__ = ("holder", "wake", "waited")

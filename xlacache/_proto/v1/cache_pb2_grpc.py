@@ -236,8 +236,9 @@ class CacheServicer:
     def LeaseWait(self, request, context):
         """Who holds a key's lease, for a waiting client (readers may ask). With wait_seconds
         the server answers as soon as the holder's entry is stored here or its lease ends
-        (released, expired, its holder gone), else when the time is up. A waiter whose
-        wait is over says so (done), for the server's figures.
+        (released, expired, its holder gone), else when the time is up; with free, as soon
+        as someone takes the lease or its entry is stored. A waiter whose wait is over says
+        so (done), for the server's figures.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
