@@ -59,7 +59,7 @@ class LeaseHandlers:
         self.table = table
         self.metrics = metrics
         self.heartbeat = min(HEARTBEAT, idle_timeout / 3) if idle_timeout > 0 else HEARTBEAT
-        self.max_hold = min(MAX_HOLD, request_timeout * 0.8)
+        self.max_hold = min(MAX_HOLD, request_timeout * 0.8) if request_timeout > 0 else MAX_HOLD
         self._blocked = threading.BoundedSemaphore(max(1, max_blocked))
         r = metrics.registry
         self.granted = Counter("xlacache_leases_granted", "Leases granted", registry=r)
