@@ -191,7 +191,7 @@ class LeaseHandlers:
                 self._blocked.release()
             self.wakes.labels(waited.wake.value).inc()
             return pb.LeaseWaitResponse(holder=waited.holder, wake=_WAKES[waited.wake], waited=True)
-        holder, ended, _ = self.table.state(key)
+        holder, ended, _, _ = self.table.state(key)
         wake = Wake.HELD if holder is not None else ended
         return pb.LeaseWaitResponse(holder=holder or "", wake=_WAKES[wake])
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from xlacache.stores.leases import (
     HOST,
     Grant,
+    LeaseState,
     LeaseTable,
     Waited,
     Wake,
@@ -157,22 +158,23 @@ class DirLeases(LeaseTable):
     def holder(self, name: str) -> str | None:
         return self.state(name)[0]
 
-    def state(self, name: str) -> tuple[str | None, Wake, float | None]:
+    def state(self, name: str) -> LeaseState:
         try:
             fd = os.open(self._path(name), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            return None, Wake.RELEASED, None
+            return LeaseState(None, Wake.RELEASED)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
             except BlockingIOError:
                 record = _read_record(fd)
                 if _stale(record):
-                    return None, Wake.ABANDONED, None  # a hung holder's
+                    return LeaseState(None, Wake.ABANDONED)  # a hung holder's
                 since = record.get("since")
                 age = time.time() - since if isinstance(since, (int, float)) else None
-                return record.get("holder") or "unknown", Wake.HELD, age
-            return None, _ended(fd), None  # a dead holder's file, or one being released
+                holder = record.get("holder") or "unknown"
+                return LeaseState(holder, Wake.HELD, age, _stale_in(record))
+            return LeaseState(None, _ended(fd))  # a dead holder's file, or one being released
         finally:
             os.close(fd)  # drops our shared lock
 

@@ -28,7 +28,14 @@ import json
 import time
 
 from xlacache.stores.gcs_objects import GCSObjects
-from xlacache.stores.leases import Grant, LeaseTable, Wake, check_name, clamp_ttl
+from xlacache.stores.leases import (
+    Grant,
+    LeaseState,
+    LeaseTable,
+    Wake,
+    check_name,
+    clamp_ttl,
+)
 
 LEASES = "leases/"
 DEFAULT_SKEW = 2.0  # seconds of clock disagreement tolerated before a lease counts as expired
@@ -97,16 +104,17 @@ class GCSLeases(LeaseTable):
     def holder(self, name: str) -> str | None:
         return self.state(name)[0]
 
-    def state(self, name: str) -> tuple[str | None, Wake, float | None]:
+    def state(self, name: str) -> LeaseState:
         found = self.objects.read(self._object(name), deadline=self.timeout)
         if found is None:
-            return None, Wake.RELEASED, None
+            return LeaseState(None, Wake.RELEASED)
         record = _record(found[0])
         if self._expired(record):
-            return None, Wake.ABANDONED, None
+            return LeaseState(None, Wake.ABANDONED)
         since = _since(record)
         age = max(0.0, time.time() - since) if since else None
-        return record.get("holder") or "unknown", Wake.HELD, age
+        expires_in = float(record["expires"]) + self.skew - time.time()
+        return LeaseState(record.get("holder") or "unknown", Wake.HELD, age, expires_in)
 
     # -- helpers -------------------------------------------------------------------------
 

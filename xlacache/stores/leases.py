@@ -39,6 +39,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from xlacache import counters
 from xlacache.errors import kind_of
@@ -110,6 +111,15 @@ class Grant:
     holder: str = ""  # who holds the lease now (the caller when granted; "" if unknown)
 
 
+class LeaseState(NamedTuple):
+    """What a look at a lease says."""
+
+    holder: str | None  # the live holder, or None
+    ended: Wake  # not live: how it ended (RELEASED or ABANDONED)
+    age: float | None = None  # live: seconds since it was taken, if known
+    expires_in: float | None = None  # live: seconds until it expires unrenewed, if known
+
+
 class Wake(enum.Enum):
     """Why a wait on a lease ended."""
 
@@ -149,10 +159,9 @@ class LeaseTable(abc.ABC):
     def holder(self, name: str) -> str | None:
         """The live holder of the lease, or None. Read-only: readers call only this."""
 
-    def state(self, name: str) -> tuple[str | None, Wake, float | None]:
-        """(live holder or None, how a lease that is not live ended, the live lease's age
-        in seconds if known). Read-only. The default knows only `holder`."""
-        return self.holder(name), Wake.RELEASED, None
+    def state(self, name: str) -> LeaseState:
+        """A look at the lease (read-only). The default knows only `holder`."""
+        return LeaseState(self.holder(name), Wake.RELEASED)
 
     def wait(self, name: str, timeout: float, free: bool = False) -> Waited:
         """Wait until the lease on `name` is not live any more (or its entry is stored),
@@ -169,7 +178,7 @@ class LeaseTable(abc.ABC):
         while True:
             if free:
                 time.sleep(min(timeout, max(poll_interval(0.0), POLLS.reserve())))
-            current, ended, age = self.state(name)
+            current, ended, age, expires_in = self.state(name)
             counters.add("lease_polls")
             if current is None or free:
                 return Waited(ended if current is None else Wake.HELD, holder=current or "")
@@ -177,7 +186,10 @@ class LeaseTable(abc.ABC):
             if left <= 0:
                 return Waited(Wake.HELD, holder=current)
             age = time.monotonic() - start if age is None else age
-            time.sleep(min(left, max(poll_interval(age), POLLS.reserve())))
+            interval = poll_interval(age)
+            if expires_in is not None:  # look again just as it would expire unrenewed
+                interval = min(interval, max(POLL_MIN, expires_in))
+            time.sleep(min(left, max(interval, POLLS.reserve())))
 
     def expire(self, name: str, holder: str) -> None:
         """End the holder's lease as if it had expired (its holder is gone: the next
@@ -253,15 +265,15 @@ class MemoryLeases(LeaseTable):
     def holder(self, name: str) -> str | None:
         return self.state(name)[0]
 
-    def state(self, name: str) -> tuple[str | None, Wake, float | None]:
+    def state(self, name: str) -> LeaseState:
         now = time.monotonic()
         with self._changed:
             current = self._leases.get(name)
         if current is None:
-            return None, Wake.RELEASED, None
+            return LeaseState(None, Wake.RELEASED)
         if current[1] < now:
-            return None, Wake.ABANDONED, None
-        return current[0], Wake.HELD, now - current[2]
+            return LeaseState(None, Wake.ABANDONED)
+        return LeaseState(current[0], Wake.HELD, now - current[2], current[1] - now)
 
     def notify(self, name: str) -> None:
         """The entry `name` was stored: wake its waiters."""

@@ -25,6 +25,7 @@ from xlacache.protocol import status
 from xlacache.stores.leases import (
     POLLS,
     Grant,
+    LeaseState,
     LeaseTable,
     Waited,
     Wake,
@@ -148,10 +149,10 @@ class GrpcLeases(LeaseTable):
     def holder(self, name: str) -> str | None:
         return self._ask(name, 0.0, False).holder or None
 
-    def state(self, name: str) -> tuple[str | None, Wake, float | None]:
+    def state(self, name: str) -> LeaseState:
         reply = self._ask(name, 0.0, False)
         wake = _wake(reply)
-        return (reply.holder or None), (Wake.RELEASED if wake is Wake.HELD else wake), None
+        return LeaseState(reply.holder or None, Wake.RELEASED if wake is Wake.HELD else wake)
 
     def wait(self, name: str, timeout: float, free: bool = False) -> Waited:
         start = time.monotonic()
