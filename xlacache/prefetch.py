@@ -13,7 +13,9 @@ nothing. Only when a request takes a prefetched entry is it counted (hits,
 prefetch_hits, bytes_read, remote_hits) and its use recorded where it came from (hit
 counts and last-used times of `xlacache inspect`, LRU eviction, `prune --unused-for`).
 An entry prefetch finds untrusted or unloadable is left to the request, which counts
-its failure once. A request for a key being fetched or loaded waits for that (one read).
+its failure once; so is one prefetch could not read (corrupt, a store that failed): the
+request reads it again and counts what fails. A request for a key being fetched or
+loaded waits for that (one read).
 
 `JobRecorder` writes a writer's used keys to its job's manifest (`stores/jobs.py`).
 """
@@ -187,8 +189,7 @@ class Prefetcher:
             if blob is None:
                 return None
             found = entry.decode(blob, key, check_body=False)  # the store verified it
-        except Exception as exc:  # noqa: BLE001 - a failed prefetch is just a miss
-            counters.record_error("prefetch", exc)
+        except Exception:  # noqa: BLE001 - the request reads it again, and counts a failure
             return None
         local = self.local
         if local is not None and not (self.readonly or local.readonly):
@@ -203,8 +204,7 @@ class Prefetcher:
             if blob is None:
                 return None
             return Fetched(key, blob, entry.decode(blob, key, check_body=False), self.local, False)
-        except Exception as exc:  # noqa: BLE001
-            counters.record_error("prefetch", exc)
+        except Exception:  # noqa: BLE001 - the request reads it again, and counts a failure
             return None
 
     def _load_one(self, key: str, load_entry) -> Prefetched | None:
