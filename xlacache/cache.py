@@ -16,7 +16,7 @@ import enum
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from xlacache import counters, entry
 from xlacache.errors import CacheError, CorruptEntryError, kind_of
@@ -46,8 +46,10 @@ class Outcome(str, enum.Enum):
     COMPILED = "compiled"  # compiled, not stored
 
 
-class Compiled(NamedTuple, Generic[T]):
-    value: T
+class Compiled(NamedTuple):
+    """An executable and what `get_or_compile_outcome` did to get it."""
+
+    value: Any
     outcome: Outcome
 
 
@@ -129,7 +131,7 @@ class CompilationCache:
         platform: str = "",
         context: dict | None = None,
         identity: Identity | None = None,
-    ) -> Compiled[T]:
+    ) -> Compiled:
         """`get_or_compile`, with what it did (`Outcome`)."""
         found = self._take_prefetched(key, context or {}, load)
         if found is None:

@@ -20,7 +20,7 @@ Backends, chosen by the store (`Store.leases()`):
   dies, and a waiter blocked on it wakes at once; a holder that hangs stops renewing the
   time in its file and is outlasted by the ttl.
 - `MemoryLeases`: the table of one `xlacache serve` over a directory, with expiry
-  (clients reach it through the Lease, LeaseHold and LeaseWait RPCs: `stores/remote.py`).
+  (clients reach it through the Lease, LeaseHold and LeaseWait RPCs: `stores/remote_leases.py`).
 - `GCSLeases` (`stores/gcs_leases.py`): lease objects in the bucket, created with
   ifGenerationMatch=0 and renewed or taken over with a generation precondition: what
   several server replicas over one bucket, and clients of the bucket, agree on.
