@@ -288,7 +288,7 @@ def test_a_reader_alone_says_it_waits_for_a_writer_and_when_it_gives_up(tmp_path
         assert get(reader, compiler) == b"exe"
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2
-    assert "waiting up to 0 s for a writer" in lines[0] and KEY[:16] in lines[0]
+    assert "waiting up to 0.3 s for a writer" in lines[0] and KEY[:16] in lines[0]
     assert "no writer compiled" in lines[1] and "compiling it here" in lines[1]
     caplog.clear()
     waited = counters.snapshot()["wait_seconds"]

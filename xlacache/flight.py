@@ -206,7 +206,7 @@ class Flight(Generic[T]):
         if waited_for >= grace:
             if self.awaiting_writer:
                 log.warning(
-                    "xlacache: no writer compiled %s within %.0f s; compiling it here (a "
+                    "xlacache: no writer compiled %s within %g s; compiling it here (a "
                     "reader stores nothing), and not waiting for a writer again until one "
                     "shows up", self.name, grace,
                 )  # fmt: skip
@@ -216,7 +216,7 @@ class Flight(Generic[T]):
         if not self.awaiting_writer:
             self.awaiting_writer = True
             log.warning(
-                "xlacache: reader waiting up to %.0f s for a writer to compile %s "
+                "xlacache: reader waiting up to %g s for a writer to compile %s "
                 "(writer_grace; no writer is compiling it yet)", grace, self.name,
             )  # fmt: skip
         try:  # until a writer takes the lease, or its entry comes
