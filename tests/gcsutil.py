@@ -4,6 +4,7 @@
     bucket = emulator.create_bucket()
     proxy = FaultProxy(emulator.url)          # counts requests, injects 429/503, stalls
     proxy.fail(503, times=4, every=2)         # every 2nd request answers 503, 4 times
+    proxy.delay(1.0, path="/o/cache%2F")      # the next such request waits 1 s, then goes
     os.environ["STORAGE_EMULATOR_HOST"] = proxy.url
 
 Each proxied request is recorded as (method, path, status); `writes()` lists the
@@ -101,6 +102,7 @@ class _Rule:
     path: str | None = None  # substring of the request path
     after: bool = False  # forward first, then answer the error (the write landed)
     stall: float = 0.0  # hold the request this long, then drop the connection
+    delay: float = 0.0  # hold the request this long, then forward it
     seen: int = 0
 
     def matches(self, method: str, path: str) -> bool:
@@ -142,6 +144,11 @@ class FaultProxy:
         """Hold matching requests `seconds` (at most MAX_STALL_SECONDS), then hang up."""
         with self._lock:
             self._rules.append(_Rule(times=times, stall=min(seconds, MAX_STALL_SECONDS), **match))
+
+    def delay(self, seconds: float, times: int = 1, **match) -> None:
+        """Hold matching requests `seconds` (at most MAX_STALL_SECONDS), then forward them."""
+        with self._lock:
+            self._rules.append(_Rule(times=times, delay=min(seconds, MAX_STALL_SECONDS), **match))
 
     def clear(self) -> None:
         with self._lock:
@@ -190,6 +197,9 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out as two writes: with Nagle's algorithm the body waits
+        # for the client's delayed ACK of the headers (~40 ms a request).
+        disable_nagle_algorithm = True
 
         def log_message(self, *args) -> None:  # quiet
             pass
@@ -204,6 +214,9 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                 time.sleep(rule.stall)
                 self.close_connection = True
                 return
+            if rule is not None and rule.delay:
+                time.sleep(rule.delay)
+                rule = None
             if rule is not None and not rule.after:
                 proxy._record(method, path, -rule.status)
                 return self._reply(rule.status, *_error_body(rule.status))

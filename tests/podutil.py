@@ -27,7 +27,6 @@ import jax, jax.numpy as jnp
 from jax._src import compiler
 import xlacache
 from xlacache import jax_bridge
-from xlacache.stores import leases
 
 compiles = []
 backend_compile = compiler.backend_compile_and_load
@@ -43,11 +42,13 @@ def counted(backend, module, *args, **kw):
 compiler.backend_compile_and_load = counted
 
 if settings.get("waiting"):
-    class Announcing:  # the waiter's polls leave a file behind
-        def delay(self, attempt, wait=leases.WAIT_BACKOFF):
-            open(settings["waiting"], "a").close()
-            return wait.delay(attempt)
-    leases.WAIT_BACKOFF = Announcing()
+    import logging
+    class Announcing(logging.Handler):  # the waiter's first wait leaves a file behind
+        def emit(self, record):
+            if record.getMessage().startswith("xlacache: waiting for"):
+                open(settings["waiting"], "a").close()
+    logging.getLogger("xlacache").addHandler(Announcing())
+    logging.getLogger("xlacache").setLevel(logging.DEBUG)
 
 with warnings.catch_warnings(record=True) as caught:
     xlacache.initialize_cache(settings["path"], **settings.get("options", {}))

@@ -28,17 +28,19 @@ LAYERS = {
     "signing": 3,
     "explain": 3,
     "stores": 3,
-    "cache": 4,
-    "bundle": 4,
-    "server": 4,
-    "jax_bridge": 5,
-    "api": 6,
-    "jax_programs": 6,
-    "executables": 7,
-    "__init__": 8,  # `import xlacache`: the public API
-    "lazy": 9,
-    "cli": 9,
-    "__main__": 10,
+    "flight": 4,
+    "prefetch": 4,
+    "cache": 5,
+    "bundle": 5,
+    "server": 5,
+    "jax_bridge": 6,
+    "api": 7,
+    "jax_programs": 7,
+    "executables": 8,
+    "__init__": 9,  # `import xlacache`: the public API
+    "lazy": 10,
+    "cli": 10,
+    "__main__": 11,
 }
 
 

@@ -4,6 +4,8 @@ import json
 import threading
 import time
 
+import pytest
+
 from tests.conftest import JAX_PROGRAM, make_key, run_json
 from xlacache import counters, entry
 from xlacache.cache import CompilationCache
@@ -87,3 +89,69 @@ def test_second_process_gets_every_program_from_prefetch(tmp_path):
     assert warm["stats"]["prefetch_hits"] == warm["stats"]["hits"] == cold["stats"]["misses"]
     off = run_json(JAX_PROGRAM, str(tmp_path / "c"), json.dumps({"prefetch": 0}))
     assert off["stats"]["prefetch_hits"] == 0 and off["stats"]["hits"] == cold["stats"]["misses"]
+
+
+# -- what prefetch counts (issue 20, bugs 1 and 2) -------------------------------------------
+
+
+def test_a_prefetched_entry_is_a_use_only_once_a_request_takes_it(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    put(store, 1, {})
+    put(store, 2, {})
+    before = {i.key: i for i in store.list()}
+    cache = CompilationCache(store)
+    cache.prefetch(lambda e: b"loaded", ready=lambda: True).join(10)
+    assert cache.get_or_compile(make_key(2), compile=never, load=never, serialize=never,
+                                context={}) == b"loaded"  # fmt: skip
+    store.flush_hits()
+    after = {i.key: i for i in store.list()}
+    # Prefetched and never asked for: not a hit, not a use (inspect, LRU, prune --unused-for).
+    assert after[make_key(1)].hits == 0
+    assert after[make_key(1)].last_used == before[make_key(1)].last_used
+    assert after[make_key(2)].hits == 1
+    assert after[make_key(2)].last_used > before[make_key(2)].last_used
+    figures = counters.snapshot()
+    assert figures["hits"] == figures["prefetch_hits"] == 1
+    assert figures["bytes_read"] == store.stat(make_key(2)).size  # what was used, once
+
+
+def test_an_untrusted_entry_is_counted_once(tmp_path):
+    from tests.test_signing import keypair
+
+    _, trusted, _, _ = keypair("ed25519")
+    store = LocalStore(tmp_path / "c")
+    for n in range(3):
+        put(store, n, {})  # unsigned
+    cache = CompilationCache(store, readonly=True, trusted=trusted)
+    with pytest.warns(counters.CacheWarning, match="untrusted"):
+        cache.prefetch(never, ready=lambda: True).join(10)  # never deserialized
+        for n in range(3):
+            got = cache.get_or_compile(make_key(n), compile=lambda: b"compiled", load=never,
+                                       serialize=never, context={})  # fmt: skip
+            assert got == b"compiled"
+    figures = counters.snapshot()
+    assert figures["errors"] == {"untrusted": 3}
+    assert figures["bytes_read"] == 0 and figures["hits"] == 0
+
+
+def test_a_request_during_the_prefetch_of_its_entry_reads_it_once(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    put(store, 1, {})
+    cache = CompilationCache(store)
+    loading, release = threading.Event(), threading.Event()
+
+    def slow_load(found):
+        loading.set()
+        release.wait(10)
+        return b"prefetched"
+
+    thread = cache.prefetch(slow_load, ready=lambda: True)
+    assert loading.wait(10)
+    threading.Timer(0.2, release.set).start()
+    got = cache.get_or_compile(make_key(1), compile=never, load=never, serialize=never,
+                               context={})  # fmt: skip
+    thread.join(10)
+    assert got == b"prefetched"
+    figures = counters.snapshot()
+    assert figures["coalesced_reads"] == 1 and figures["prefetch_hits"] == 1
+    assert figures["bytes_read"] == store.stat(make_key(1)).size

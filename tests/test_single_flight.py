@@ -217,3 +217,82 @@ def test_a_reader_waits_for_no_writer_in_a_directory_nobody_made(tmp_path):
     compiler = Compiler(seconds=0.0)
     assert get(reader, compiler) == b"exe"  # at once, not after 600 s
     assert compiler.calls == 1 and not (tmp_path / "mine").exists()
+
+
+# -- waking, dying, taking over (issue 17) -------------------------------------------------
+
+HOLDER = """
+import sys, time
+from xlacache.stores.dir_leases import DirLeases
+from xlacache.stores.leases import HeldLease
+table = DirLeases(sys.argv[1])
+assert table.acquire(sys.argv[2], "dying-holder", 600).granted
+lease = HeldLease(table, sys.argv[2], "dying-holder", 600)
+open(sys.argv[3], "w").close()
+time.sleep(600)
+"""
+
+
+def test_a_waiter_is_woken_by_the_entrys_arrival(tmp_path):
+    # Two workers on one directory: the waiter blocks on the holder's lock and is woken
+    # when the holder stores its entry and lets go: a wake, not a poll.
+    cache = CompilationCache(LocalStore(tmp_path / "c"), single_flight=SingleFlight(ttl=5))
+    compiler = Compiler(seconds=0.5)
+    assert sorted(in_threads(2, lambda i: get(cache, compiler))) == [b"exe", b"loaded:exe"]
+    figures = counters.snapshot()
+    assert compiler.calls == 1 and figures["compiles_avoided"] == 1
+    assert figures["lease_wakes"] == 1 and figures["lease_polls"] == 0
+    assert 0 < figures["wake_seconds"] <= figures["wait_seconds"]
+
+
+@pytest.mark.slow
+def test_of_the_waiters_of_a_killed_holder_exactly_one_compiles(tmp_path):
+    import subprocess
+    import sys
+
+    root = tmp_path / "c"
+    LocalStore(root).close()
+    ready = tmp_path / "ready"
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), KEY, str(ready)])
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        caches = [
+            CompilationCache(LocalStore(root), single_flight=SingleFlight(ttl=600))
+            for _ in range(4)
+        ]  # four workers, each with its own store
+        compiler = Compiler(seconds=0.5)
+        threading.Timer(1.0, proc.kill).start()  # mid-compile, while all four wait
+        results = in_threads(4, lambda i: get(caches[i], compiler))
+    finally:
+        proc.kill()
+        proc.wait(30)
+    # The dead holder's lease ended long before its 600 s ttl; one waiter took it over
+    # and compiled, the others waited for it and loaded its entry.
+    assert compiler.calls == 1
+    assert sorted(results) == [b"exe"] + [b"loaded:exe"] * 3
+    figures = counters.snapshot()
+    assert figures["leases_taken_over"] == 1 and figures["compiles_avoided"] == 3
+
+
+def test_a_reader_alone_says_it_waits_for_a_writer_and_when_it_gives_up(tmp_path, caplog):
+    LocalStore(tmp_path / "c").close()  # a writer made the store, but is not running
+    reader = CompilationCache(
+        LocalStore(tmp_path / "c", readonly=True),
+        single_flight=SingleFlight(writer_grace=0.3),
+    )
+    compiler = Compiler(seconds=0.0)
+    with caplog.at_level("WARNING", logger="xlacache"):
+        assert get(reader, compiler) == b"exe"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert "waiting up to 0.3 s for a writer" in lines[0] and KEY[:16] in lines[0]
+    assert "no writer compiled" in lines[1] and "compiling it here" in lines[1]
+    caplog.clear()
+    waited = counters.snapshot()["wait_seconds"]
+    with caplog.at_level("WARNING", logger="xlacache"):
+        assert get(reader, compiler, key=make_key(2)) == b"exe"
+    assert caplog.records == []  # no writer in sight: the next miss does not wait
+    assert compiler.calls == 2 and counters.snapshot()["wait_seconds"] == waited

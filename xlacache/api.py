@@ -33,6 +33,7 @@ def initialize_cache(
     max_age: float | str | None = None,
     min_compile_seconds: float | None = None,
     prefetch: int | None = None,
+    job: str | None = None,
     explain: bool | None = None,
     keep_hlo: bool | None = None,
     signing_key: str | os.PathLike | None = None,
@@ -53,7 +54,10 @@ def initialize_cache(
     other settings it raises ConfigError. A cache that cannot be opened is reported
     once and compiling goes on without it. `prefetch` (default 32) executables used
     most recently are loaded in the background once JAX's backend is up, so a
-    restarted job finds them ready; 0 turns that off.
+    restarted job finds them ready; 0 turns that off. `job` names this process's job
+    (XLACACHE_JOB): with a shared store, a writer records the executables it uses under
+    it, and a new worker of the job (an empty local directory) fetches those in the
+    background at start-up (docs/pods.md).
 
     `explain=True` logs why each miss missed (one line) and records it for
     `xlacache explain`; `keep_hlo=True` keeps the stripped module text in entries so
@@ -81,6 +85,7 @@ def initialize_cache(
         max_age=max_age,
         min_compile_seconds=min_compile_seconds,
         prefetch=prefetch,
+        job=job,
         explain=explain,
         keep_hlo=keep_hlo,
         signing_key=signing_key,
@@ -93,6 +98,7 @@ def initialize_cache(
         rank=_jax_rank(),
     )
     keys = _load_keys(settings)
+    _check_job(settings)
     with _lock:
         if _config is not None:
             if settings == _config:
@@ -114,6 +120,7 @@ def initialize_cache(
             explainer=_explainer(settings, store),
             keep_module_text=settings.keep_hlo,
             single_flight=_single_flight(settings),
+            job=settings.job,
         )
         jax_bridge.install(_cache, prefetch=settings.prefetch)
         atexit.register(_close)
@@ -150,6 +157,17 @@ def _single_flight(settings: CacheConfig) -> SingleFlight | None:
     return SingleFlight(
         ttl=settings.lease_ttl, max_wait=settings.max_wait, writer_grace=settings.writer_grace
     )
+
+
+def _check_job(settings: CacheConfig) -> None:
+    if settings.job is None:
+        return
+    from xlacache.stores.jobs import check_job
+
+    try:
+        check_job(settings.job)
+    except ValueError as exc:
+        raise ConfigError(f"job: {exc}") from None
 
 
 def _load_keys(settings: CacheConfig) -> dict:

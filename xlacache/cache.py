@@ -5,53 +5,58 @@ failure of the cache itself (I/O, corruption, a full disk, permissions, a sick
 server, an executable that no longer loads, a lease holder that died) becomes a
 compile, counted in `xlacache.stats` and warned about once per kind. Errors of the
 compile itself are the user's and propagate unchanged. Single-flight: workers that
-miss one key at once compile it once, the others waiting for its entry (leases of
-the store, `xlacache.stores.leases`), every wait under a deadline.
+miss one key at once compile it once, the others waiting for its entry
+(`xlacache.flight`, under the store's leases), every wait under a deadline. Prefetch:
+`xlacache.prefetch`.
 """
 
 from __future__ import annotations
 
+import enum
 import json
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from xlacache import counters, entry
 from xlacache.errors import CacheError, CorruptEntryError, kind_of
+from xlacache.flight import FAILED, Flight, Found, Landing, Lookup, SingleFlight, WriterWatch
 from xlacache.key import is_valid_key
-from xlacache.stores import leases
+from xlacache.prefetch import Fetched, JobRecorder, Prefetcher
 from xlacache.stores.base import Store
-from xlacache.stores.leases import DEFAULT_TTL, HeldLease, LeaseTable, new_holder
+from xlacache.stores.leases import LeaseTable
 
 if TYPE_CHECKING:
+    import threading
+
     from xlacache.explain import Explainer
     from xlacache.key import Identity
     from xlacache.signing import TrustedKeys
 
 T = TypeVar("T")
 
+__all__ = ["CompilationCache", "Compiled", "Outcome", "SingleFlight"]
+
+
+class Outcome(str, enum.Enum):
+    """What `get_or_compile_outcome` did."""
+
+    HIT = "hit"  # found in the store (or prefetched, or another worker's compile)
+    STORED = "stored"  # compiled and stored
+    COMPILED = "compiled"  # compiled, not stored
+
+
+class Compiled(NamedTuple):
+    """An executable and what `get_or_compile_outcome` did to get it."""
+
+    value: Any
+    outcome: Outcome
+
 
 def _count_hit(header: entry.Header, load_seconds: float) -> None:
     counters.add("hits")
     counters.add("load_seconds", load_seconds)
     counters.add("compile_seconds_saved", header.compile_seconds - load_seconds)
-
-
-_MISS = object()  # no executable (absent, or not loadable)
-_FAILED = object()  # an entry was there but failed (corrupt, untrusted, not loadable)
-
-
-@dataclass(frozen=True)
-class SingleFlight:
-    """How workers that miss one key at once share one compile (see
-    `CompilationCache._single_flight`). Times in seconds."""
-
-    ttl: float = DEFAULT_TTL  # a holder's lease expires this long after its last renewal
-    max_wait: float = 1800.0  # the longest a worker waits for another's compile
-    writer_grace: float = 0.0  # a reader waits this long for a writer to take a free key
 
 
 class CompilationCache:
@@ -62,6 +67,8 @@ class CompilationCache:
     explains each miss (XLACACHE_EXPLAIN); `keep_module_text` stores the stripped
     module text with each entry (XLACACHE_KEEP_HLO). With `single_flight`, workers
     sharing the store that miss one key at once compile it once (the store's leases).
+    `job` names this process's job: a writer records the keys it uses in the shared
+    store's manifest of the job, and `prefetch` fetches the keys recorded there.
     """
 
     def __init__(
@@ -75,19 +82,23 @@ class CompilationCache:
         explainer: Explainer | None = None,
         keep_module_text: bool = False,
         single_flight: SingleFlight | None = None,
+        job: str | None = None,
     ):
         self.store = store
         self.single_flight = single_flight
-        self._leases: LeaseTable | None | object = _MISS
         self.readonly = readonly or store.readonly
         self.min_compile_seconds = min_compile_seconds
         self.signer = signer
         self.trusted = trusted
         self.explainer = explainer
         self.keep_module_text = keep_module_text
-        self._prefetched: dict[str, Future] = {}
-        self._prefetch_lock = threading.Lock()
-        self._outcome = threading.local()
+        self.job = job
+        self._leases: LeaseTable | None = None
+        self._leases_looked_up = False
+        self._writers = WriterWatch(single_flight.writer_grace) if single_flight else None
+        self._prefetcher = Prefetcher(store, self.readonly, trusted)
+        self._remote_only = self._prefetcher.local is None  # hits come from a shared store
+        self._recorder = self._job_recorder()
 
     def get_or_compile(
         self,
@@ -106,22 +117,36 @@ class CompilationCache:
         entry, and an executable prefetched under the same key and context is reused.
         `identity` (the key's components) is recorded in the entry and explains misses.
         """
-        start = time.perf_counter()
-        self._outcome.value = "hit"
-        prefetched = self._take_prefetched(key, context or {})
-        if prefetched is not None:
-            header, result = prefetched
-            counters.add("prefetch_hits")
-            _count_hit(header, time.perf_counter() - start)
-            return result
-        found = self._load(key, load)
-        if found is not _MISS and found is not _FAILED:
-            return found
+        return self.get_or_compile_outcome(
+            key, compile, load, serialize, label, platform, context, identity
+        ).value
+
+    def get_or_compile_outcome(
+        self,
+        key: str,
+        compile: Callable[[], T],
+        load: Callable[[bytes], T],
+        serialize: Callable[[T], bytes],
+        label: str = "",
+        platform: str = "",
+        context: dict | None = None,
+        identity: Identity | None = None,
+    ) -> Compiled:
+        """`get_or_compile`, with what it did (`Outcome`)."""
+        found = self._take_prefetched(key, context or {}, load)
+        if found is None:
+            found = self._load(key, load)
         lease = None
-        if self.single_flight is not None and found is _MISS:  # absent: maybe in the works
-            found, lease = self._single_flight(key, load)
-            if found is not _MISS:
-                return found
+        if found.found is Found.ABSENT:  # maybe in the works: single-flight
+            flight = self._flight(key, load, label)
+            if flight is not None:
+                landed = flight.run()
+                if landed.landing is Landing.LOADED:
+                    found = Lookup(Found.LOADED, landed.value)
+                lease = landed.lease
+        if found.found is Found.LOADED:
+            self._note_use(key)
+            return Compiled(found.value, Outcome.HIT)
         try:
             counters.add("misses")
             if self.explainer is not None and identity is not None:
@@ -130,22 +155,18 @@ class CompilationCache:
             result = compile()
             seconds = time.perf_counter() - start
             counters.add("compile_seconds", seconds)
-            self._outcome.value = "compiled"
-            if not self.readonly and seconds >= self.min_compile_seconds:
-                stored = self.save(
-                    key, lambda: serialize(result), seconds, label, platform, context, identity,
-                    publish=lease is not None,
-                )  # fmt: skip
-                self._outcome.value = "stored" if stored else "compiled"
+            outcome = Outcome.COMPILED
+            keep = not self.readonly and seconds >= self.min_compile_seconds
+            if keep and self.save(
+                key, lambda: serialize(result), seconds, label, platform, context, identity,
+                publish=lease is not None,
+            ):  # fmt: skip
+                outcome = Outcome.STORED
+                self._note_use(key)
         finally:
             if lease is not None:  # after the entry is where waiters look for it
                 lease.release()
-        return result
-
-    def last_outcome(self) -> str:
-        """What this thread's last `get_or_compile` did: ``hit`` (found in the store or
-        prefetched), ``stored`` (compiled and stored) or ``compiled`` (not stored)."""
-        return getattr(self._outcome, "value", "")
+        return Compiled(result, outcome)
 
     def save_alias(self, alias: str, record: dict, label: str = "", platform: str = "") -> bool:
         """Store an alias entry: `record` (JSON) names the key of an executable stored here.
@@ -184,8 +205,12 @@ class CompilationCache:
             counters.add("alias_misses")
             return None
         key = record.get("target")
-        found = self.lookup(key) if isinstance(key, str) and is_valid_key(key) else None
-        if found is None:  # the target was pruned, or the record names no key
+        if not (isinstance(key, str) and is_valid_key(key)):
+            counters.add("alias_misses")
+            return None
+        taken = self._prefetcher.take(key)
+        found = self._checked(taken.fetched.found).value if taken else self.lookup(key)
+        if found is None:  # the target was pruned (or failed)
             counters.add("alias_misses")
             return None
         try:
@@ -193,10 +218,9 @@ class CompilationCache:
         except Exception as exc:  # noqa: BLE001 - a wrong alias is a miss, never a wrong program
             return self._bad_alias(alias, exc)
         start = time.perf_counter()
-        prefetched = self._take_prefetched(key, found.header.context)
-        if prefetched is not None:
-            result = prefetched[1]
-            counters.add("prefetch_hits")
+        prefetched = taken is not None and taken.value is not None
+        if prefetched:
+            result = taken.value  # loaded from the same stored context
         else:
             try:
                 result = load_entry(found)
@@ -210,7 +234,12 @@ class CompilationCache:
         except Exception as exc:  # noqa: BLE001
             return self._bad_alias(alias, exc)
         _count_hit(found.header, time.perf_counter() - start)
+        if prefetched:
+            counters.add("prefetch_hits")
+        if taken is not None:
+            self._count_fetched(taken.fetched)
         counters.add("alias_hits")
+        self._note_use(key)
         return result
 
     def _read_alias(self, alias: str) -> dict | None:
@@ -233,115 +262,95 @@ class CompilationCache:
         counters.add("alias_misses")
         self.discard(alias)
 
-    def _load(self, key: str, load: Callable[[bytes], T]):
-        """The stored executable for `key`, loaded; _MISS when absent, _FAILED when what
-        was there failed (counted)."""
+    def _take_prefetched(
+        self, key: str, context: dict, load: Callable[[bytes], T]
+    ) -> Lookup[T] | None:
+        """The prefetched executable for `key`, if prefetch got it: loaded for this context,
+        or loaded here from the prefetched entry; None when prefetch has nothing."""
+        start = time.perf_counter()
+        taken = self._prefetcher.take(key)
+        if taken is None:
+            return None
+        header = taken.fetched.found.header
+        if taken.value is not None and header.context == context:
+            counters.add("prefetch_hits")
+            _count_hit(header, time.perf_counter() - start)
+            found = Lookup(Found.LOADED, taken.value, header.created)
+        else:
+            found = self._checked(taken.fetched.found)
+            if found.found is Found.LOADED:
+                found = self._deserialize(key, taken.fetched.found, load)
+        if found.found is Found.LOADED:
+            self._count_fetched(taken.fetched)
+        return found
+
+    def _count_fetched(self, fetched: Fetched) -> None:
+        """A prefetched entry a request took: now it is a read, and a use."""
+        counters.add("bytes_read", len(fetched.blob))
+        if fetched.remote:
+            counters.add("remote_hits")
+        try:
+            fetched.source.record_hit(fetched.key)
+        except Exception as exc:  # noqa: BLE001
+            counters.record_error(kind_of(exc), exc)
+
+    def _load(self, key: str, load: Callable[[bytes], T]) -> Lookup[T]:
+        """The stored executable for `key`, loaded (an entry that fails is counted)."""
         found = self._lookup(key)
-        if found is None or found is _FAILED:
-            return _MISS if found is None else _FAILED
+        if found.found is not Found.LOADED:
+            return found
+        return self._deserialize(key, found.value, load)
+
+    def _deserialize(self, key: str, found: entry.Entry, load: Callable[[bytes], T]) -> Lookup[T]:
         start = time.perf_counter()
         try:
             result = load(found.payload())
         except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
             counters.record_error(exc.kind if isinstance(exc, CacheError) else "load", exc)
             self.discard(key)
-            return _FAILED
+            return FAILED
         _count_hit(found.header, time.perf_counter() - start)
-        return result
+        return Lookup(Found.LOADED, result, found.header.created)
 
-    def _single_flight(self, key: str, load: Callable[[bytes], T]):
-        """After a miss: (executable, None) loaded from another worker's compile, or
-        (_MISS, lease) to compile under `lease` (None: compile without one).
-
-        A writer takes the key's lease, or waits while another holds it, polling the
-        store (with backoff) for the holder's entry and retrying the lease: a holder that
-        dies loses it (at once for directory leases, after its ttl otherwise) and a
-        waiter takes over. A reader only watches the lease: it waits while a holder is
-        alive and, when none is, up to `writer_grace` for one to appear (the writer of
-        its pod compiles the same programs) if a writer has made the store at all.
-        Every wait ends by `max_wait`; any lease failure means compiling without one.
-        """
-        flight = self.single_flight
+    def _flight(self, key: str, load: Callable[[bytes], T], label: str) -> Flight[T] | None:
+        """A single-flight for a missed key, or None (single-flight off, or no leases)."""
+        if self.single_flight is None:
+            return None
         table = self._lease_table()
         if table is None:
-            return _MISS, None
-        holder = new_holder()
-        grace = flight.writer_grace if self.readonly and self.store.exists() else 0.0
-        start = time.monotonic()
-        polls = 0
-        seen_holder = False
-        waited = False
-        while True:
-            try:
-                if self.readonly:
-                    grant, current = None, table.holder(key)
-                else:
-                    grant = table.acquire(key, holder, flight.ttl)
-                    current = None if grant.granted else (grant.holder or "unknown")
-            except Exception as exc:  # noqa: BLE001 - no single-flight, not no training
-                counters.record_error(kind_of(exc), exc)
-                return self._end_wait(table, key, start, waited, _MISS), None
-            if grant is not None and grant.granted:
-                return self._lead(table, key, holder, grant, seen_holder, load, start, waited)
-            now = time.monotonic()
-            seen_holder = seen_holder or current is not None
-            if current is None and (seen_holder or now - start >= grace):
-                # A reader with nobody compiling the key (any more): look once more.
-                return self._end_wait(table, key, start, waited, self._recheck(key, load)), None
-            if now - start >= flight.max_wait:
-                counters.add("wait_timeouts")
-                counters.record_error("wait_timeout", f"waited {now - start:.0f} s for {key}")
-                return self._end_wait(table, key, start, waited, _MISS), None
-            time.sleep(min(leases.WAIT_BACKOFF.delay(polls), flight.max_wait - (now - start)))
-            polls += 1
-            waited = True
-            found = self._load(key, load)
-            if found is not _MISS:  # loaded; or failed, and counted: compile
-                return self._end_wait(table, key, start, waited, self._miss(found)), None
-
-    def _lead(self, table, key, holder, grant, seen_holder, load, start, waited):
-        """We hold the lease: the entry may have arrived meanwhile; else compile under it."""
-        if grant.taken_over:
-            counters.add("leases_taken_over")
-        lease = HeldLease(table, key, holder, self.single_flight.ttl, grant.taken_over)
-        found = self._recheck(key, load)  # stored between our lookup and the grant?
-        if found is not _MISS or (seen_holder and not grant.taken_over):
-            # Loaded; or the holder we waited on let go without storing (its compile was
-            # too quick to keep, or storing failed): compile without holding the lease,
-            # so the other waiters do not compile one after another.
-            lease.release()
-            return self._end_wait(table, key, start, waited, found), None
-        self._end_wait(table, key, start, waited, _MISS)
-        return _MISS, lease
-
-    def _recheck(self, key: str, load: Callable[[bytes], T]):
-        """Look again for an entry that may have been stored since: loaded, or _MISS."""
-        return self._miss(self._load(key, load))
-
-    @staticmethod
-    def _miss(found):
-        return _MISS if found is _FAILED else found
-
-    def _end_wait(self, table, key: str, start: float, waited: bool, found):
-        """Count a wait that is over (loaded: a compile avoided); passes `found` on."""
-        if waited:
-            seconds = time.monotonic() - start
-            counters.add("wait_seconds", seconds)
-            loaded = found is not _MISS
-            if loaded:
-                counters.add("compiles_avoided")
-            table.report_wait(key, loaded, seconds)
-        return found
+            return None
+        # A reader waits for a writer only in a store a writer has made.
+        writers = self._writers if self.readonly and self.store.exists() else None
+        return Flight(
+            self.single_flight, table, key, lambda: self._load(key, load),
+            readonly=self.readonly, writers=writers, label=label,
+        )  # fmt: skip
 
     def _lease_table(self) -> LeaseTable | None:
         """The store's leases, looked up once; None when it has none or they fail."""
-        if self._leases is _MISS:
+        if not self._leases_looked_up:
+            self._leases_looked_up = True
             try:
                 self._leases = self.store.leases()
             except Exception as exc:  # noqa: BLE001
                 counters.record_error(kind_of(exc), exc)
-                self._leases = None
         return self._leases
+
+    def _job_recorder(self) -> JobRecorder | None:
+        """A writer with a job records its keys in the shared store's manifest."""
+        shared = self._prefetcher.shared
+        if not self.job or self.readonly or shared is None:
+            return None
+        try:
+            jobs = shared.jobs()
+        except Exception as exc:  # noqa: BLE001
+            counters.record_error(kind_of(exc), exc)
+            return None
+        return JobRecorder(jobs, self.job) if jobs is not None else None
+
+    def _note_use(self, key: str) -> None:
+        if self._recorder is not None:
+            self._recorder.note(key)
 
     def prefetch(
         self,
@@ -350,48 +359,44 @@ class CompilationCache:
         limit: int = 32,
         max_bytes: int = 4 << 30,
         patience: float = 600.0,
-    ) -> threading.Thread | None:
-        """Load the most recently used executables in a background thread.
-
-        A restarted job then finds the programs of its last run loaded while it builds
-        its model and traces, instead of loading each when first asked. Loading waits
-        until `ready()` (the runtime is up); `load_entry` loads an entry from its
-        stored context. Returns the thread, or None when there is nothing to load.
-        """
-        keys = self._recent_keys(limit, max_bytes)
-        if not keys:
-            return None
-        futures = {key: Future() for key in keys}
-        with self._prefetch_lock:
-            self._prefetched.update(futures)
-        thread = threading.Thread(
-            target=self._prefetch_worker,
-            args=(futures, load_entry, ready, patience),
-            name="xlacache-prefetch",
-            daemon=True,
+    ) -> threading.Thread:
+        """Load the last run's executables in a background thread (`xlacache.prefetch`):
+        the local directory's most recently used, then the job's manifest in the shared
+        store (downloaded at once). Loading waits until `ready()` (the runtime is up);
+        `load_entry` loads an entry from its stored context. Returns the thread."""
+        keys = self._prefetcher.recent_local(limit, max_bytes)
+        return self._prefetcher.start(
+            keys, load_entry, ready, patience=patience, job=self.job, limit=limit
         )
-        thread.start()
-        return thread
 
     def lookup(self, key: str) -> entry.Entry | None:
         """The verified entry for `key`, or None (absent, or the cache failed)."""
-        found = self._lookup(key)
-        return None if found is _FAILED else found
+        return self._lookup(key).value
 
-    def _lookup(self, key: str):
-        """The verified entry, None when absent, _FAILED when the cache failed (counted)."""
+    def _lookup(self, key: str) -> Lookup[entry.Entry]:
+        """The verified (and trusted) entry; a failure of the cache is counted."""
         try:
             blob = self.store.get(key)
             if blob is None:
-                return None
+                return Lookup(Found.ABSENT)
             counters.add("bytes_read", len(blob))
+            if self._remote_only:
+                counters.add("remote_hits")
             found = entry.decode(blob, key, check_body=False)  # the store verified it
-            if self.trusted is not None:
-                self.trusted.check(found.header)  # before anything is deserialized
-            return found
         except Exception as exc:  # noqa: BLE001 - every cache failure is a miss
             counters.record_error(kind_of(exc), exc)
-            return _FAILED
+            return FAILED
+        return self._checked(found)
+
+    def _checked(self, found: entry.Entry) -> Lookup[entry.Entry]:
+        """`found` if trusted (checked before anything is deserialized), else FAILED."""
+        if self.trusted is not None:
+            try:
+                self.trusted.check(found.header)
+            except Exception as exc:  # noqa: BLE001
+                counters.record_error(kind_of(exc), exc)
+                return FAILED
+        return Lookup(Found.LOADED, found, found.header.created)
 
     def save(
         self,
@@ -450,58 +455,10 @@ class CompilationCache:
         except Exception as exc:  # noqa: BLE001
             counters.record_error(kind_of(exc), exc)
 
-    def _recent_keys(self, limit: int, max_bytes: int) -> list[str]:
-        """Keys of the last run's programs: the most recently used, in order of use."""
-        try:
-            infos = sorted(self.store.list(), key=lambda i: i.last_used, reverse=True)
-        except Exception as exc:  # noqa: BLE001
-            counters.record_error(kind_of(exc), exc)
-            return []
-        infos = [i for i in infos if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
-        chosen, total = [], 0
-        for info in infos[:limit]:
-            total += info.payload_size
-            if total > max_bytes:
-                break
-            chosen.append(info)
-        return [i.key for i in sorted(chosen, key=lambda i: i.last_used)]
-
-    def _prefetch_worker(self, futures, load_entry, ready, patience: float) -> None:
-        try:
-            deadline = time.monotonic() + patience
-            while not ready():
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.01)
-            for key, future in futures.items():
-                if not future.set_running_or_notify_cancel():
-                    continue  # the request came first and loads it itself
-                value = None
-                try:
-                    found = self.lookup(key)
-                    if found is not None and not entry.is_alias(found.header):
-                        value = (found.header, load_entry(found))
-                except Exception as exc:  # noqa: BLE001 - a failed prefetch is just a miss
-                    counters.record_error("prefetch", exc)
-                future.set_result(value)
-        finally:
-            # Whatever happened, nobody may wait forever on a prefetch.
-            for future in futures.values():
-                if not future.cancel() and not future.done():
-                    future.set_result(None)
-
-    def _take_prefetched(self, key: str, context: dict):
-        """(header, executable) prefetched for this key and context, else None."""
-        with self._prefetch_lock:
-            future = self._prefetched.pop(key, None)
-        if future is None or future.cancel():
-            return None  # not prefetched, or not started yet: the caller loads it
-        value = future.result()
-        if value is None or value[0].context != context:
-            return None
-        return value
-
     def close(self) -> None:
+        if self._recorder is not None:
+            self._recorder.close()
+        self._prefetcher.close()
         try:
             self.store.close()
         except Exception as exc:  # noqa: BLE001

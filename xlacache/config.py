@@ -19,6 +19,8 @@ Environment variables (arguments win over them):
     XLACACHE_MAX_AGE            drop local entries older than this, e.g. 30d
     XLACACHE_MIN_COMPILE_SECONDS  store only executables that took at least this long
     XLACACHE_PREFETCH           how many recently used executables to load ahead (0: off)
+    XLACACHE_JOB                this process's job name: a writer records what it used in
+                                the shared store, a new worker of the job prefetches it
     XLACACHE_EXPLAIN            1: log why each miss missed and record it (xlacache explain)
     XLACACHE_KEEP_HLO           1: keep the stripped module text in entries (HLO diffs)
     XLACACHE_SIGNING_KEY        sign every entry written with this key (text or file)
@@ -68,6 +70,7 @@ class CacheConfig:
     max_age: float | None = None
     min_compile_seconds: float = 0.0
     prefetch: int = 32
+    job: str | None = None  # the job's name in the shared store's manifests (prefetch)
     explain: bool = False
     keep_hlo: bool = False
     signing_key: str | None = None  # key text or file (xlacache.signing)
@@ -132,6 +135,8 @@ def from_env(env: Mapping[str, str] = os.environ) -> dict:
             found["prefetch"] = int(hit[1])
         except ValueError:
             raise ConfigError(f"XLACACHE_PREFETCH={hit[1]!r} is not a whole number") from None
+    if hit := _first(env, "XLACACHE_JOB"):
+        found["job"] = hit[1]
     if hit := _first(env, "XLACACHE_EXPLAIN"):
         found["explain"] = parse_bool(hit[1], hit[0])
     if hit := _first(env, "XLACACHE_KEEP_HLO"):

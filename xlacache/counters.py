@@ -38,8 +38,12 @@ FIELDS = (
     "load_seconds",
     "compiles_avoided",  # waits that ended loading another worker's entry (single-flight)
     "wait_seconds",  # time spent waiting on other workers' compiles
+    "wake_seconds",  # from a holder's entry being created to its load here (those waits)
+    "lease_wakes",  # waits the store ended by telling us (the entry landed, the lease ended)
+    "lease_polls",  # looks at a lease a wait made on its own (a bucket; a busy server)
     "leases_taken_over",  # leases taken from a holder that died or stalled
     "wait_timeouts",  # waits that reached max_wait (then compiled here)
+    "coalesced_reads",  # requests that took an entry another read was fetching already
 )
 
 

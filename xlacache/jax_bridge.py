@@ -161,7 +161,7 @@ def _compile_or_get_cached(
     except Exception as exc:  # noqa: BLE001
         counters.record_error("key", exc)
         return compile_()
-    result = cache.get_or_compile(
+    result, outcome = cache.get_or_compile_outcome(
         ident.key,
         compile=compile_,
         load=lambda payload: backend.deserialize_executable(
@@ -175,14 +175,14 @@ def _compile_or_get_cached(
     )
     captured = getattr(_captures, "into", None)
     if captured is not None:
-        captured.append((ident, cache.last_outcome()))
+        captured.append((ident, outcome))
     return result
 
 
 @contextlib.contextmanager
 def capture() -> Iterator[list]:
     """Collect ``(Identity, outcome)`` for each compilation this thread sends through the
-    cache inside the block (outcome: `CompilationCache.last_outcome`)."""
+    cache inside the block (outcome: `cache.Outcome`, "hit", "stored" or "compiled")."""
     outer = getattr(_captures, "into", None)
     captured: list = []
     _captures.into = captured

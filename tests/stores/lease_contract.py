@@ -4,12 +4,18 @@ A backend's test class subclasses `LeaseContract` and provides a `table` fixture
 fresh table) and, to be killed mid-lease, `child_table_code(table)`: (Python source
 defining `table` over the same leases, environment) for a child process. `skew` is
 what the backend adds to a ttl before a lease counts as expired; `expires` is False
-for leases that live exactly as long as their holder (flock).
+for leases that live exactly as long as their holder (flock); `sees_death` is True for
+backends that notice a dead holder at once (a flock, a server's connection); `pushes`
+is True for backends whose waits are woken rather than polled.
+
+No test asserts a duration: "at once" is shown by a ttl far longer than the test may
+run, so only noticing the death could have ended the lease.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -19,9 +25,11 @@ import time
 import pytest
 
 from tests.conftest import make_key
-from xlacache.stores.leases import LeaseTable
+from xlacache import counters
+from xlacache.stores.leases import LeaseTable, Wake
 
 CHILD_SECONDS = 60.0
+LONG_TTL = 600.0  # longer than any test runs: a lease that ends was not left to expire
 
 _HOLDER = """
 import sys, time
@@ -39,6 +47,9 @@ time.sleep(300)
 class LeaseContract:
     skew = 0.0
     expires = True
+    sees_death = False
+    pushes = False
+    pushes_free = False  # a wait for a free lease to be taken is woken, not polled
 
     def child_table_code(self, table: LeaseTable) -> tuple[str, dict[str, str]] | None:
         return None
@@ -148,3 +159,137 @@ class LeaseContract:
         assert time.monotonic() - killed < ttl + self.skew + 5.0
         assert table.holder(name) == "waiter"
         table.release(name, "waiter")
+
+    # -- waits ---------------------------------------------------------------------------
+
+    def test_a_wait_ends_when_the_holder_releases(self, table):
+        name = make_key(11)
+        assert table.acquire(name, "holder-a", 30).granted
+        threading.Timer(0.3, table.release, args=(name, "holder-a")).start()
+        waited = table.wait(name, CHILD_SECONDS)
+        assert waited.wake is Wake.RELEASED
+        polls = counters.snapshot()["lease_polls"]
+        assert waited.pushed == self.pushes and (polls == 0) == self.pushes
+
+    def test_a_wait_on_a_live_holder_keeps_its_deadline(self, table):
+        name = make_key(12)
+        assert table.acquire(name, "holder-a", 30).granted
+        waited = table.wait(name, 0.3)
+        assert waited.wake is Wake.HELD and waited.holder == "holder-a"
+        table.release(name, "holder-a")
+        assert table.wait(name, 0.3).wake is Wake.RELEASED  # free: at once
+
+    def test_a_wait_on_a_free_lease_ends_when_someone_takes_it(self, table):
+        name = make_key(16)
+        threading.Timer(0.3, table.acquire, args=(name, "holder-a", 30)).start()
+        deadline = time.monotonic() + CHILD_SECONDS
+        waits = 0
+        while (waited := table.wait(name, CHILD_SECONDS, free=True)).wake is not Wake.HELD:
+            waits += 1  # a polling backend looks once per call
+            assert time.monotonic() < deadline
+        assert waited.holder == "holder-a"
+        if self.pushes_free:
+            assert waited.pushed and waits == 0
+        table.release(name, "holder-a")
+
+    # -- holders that die or hang ----------------------------------------------------------
+
+    def _start_holder(self, table, name: str, ttl: float, ready) -> subprocess.Popen | None:
+        child = self.child_table_code(table)
+        if child is None:
+            return None
+        open_code, env = child
+        code = _HOLDER.format(open_code=textwrap.dedent(open_code))
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, name, str(ttl), str(ready)],
+            env={**os.environ, **env},
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + CHILD_SECONDS
+        while not ready.exists():
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        return proc
+
+    @pytest.mark.slow
+    def test_a_killed_holder_is_noticed_at_once(self, table, tmp_path):
+        if not self.sees_death:
+            pytest.skip("a dead holder's lease ends with its ttl")
+        name = make_key(13)
+        proc = self._start_holder(table, name, LONG_TTL, tmp_path / "ready")
+        try:
+            assert table.wait(name, 0.5).wake is Wake.HELD  # alive: held
+            proc.kill()
+            proc.wait(30)
+            # Its lease ends long before LONG_TTL: the backend saw the holder die.
+            waited = table.wait(name, CHILD_SECONDS)
+            assert waited.wake is Wake.ABANDONED and waited.pushed
+            grant = table.acquire(name, "waiter", 30)
+            assert grant.granted and grant.taken_over  # a takeover, not a release
+        finally:
+            proc.kill()
+            proc.wait(30)
+        table.release(name, "waiter")
+
+    @pytest.mark.slow
+    def test_a_hung_holder_is_outlasted_by_its_ttl(self, table, tmp_path):
+        if not self.expires:
+            pytest.skip("held for as long as the holder lives")
+        name = make_key(14)
+        ttl = 2.0
+        proc = self._start_holder(table, name, ttl, tmp_path / "ready")
+        if proc is None:
+            pytest.skip("this table lives in one process")
+        try:
+            proc.send_signal(signal.SIGSTOP)  # alive, connected, renewing nothing
+            waited = table.wait(name, CHILD_SECONDS)
+            assert waited.wake is Wake.ABANDONED
+            grant = table.acquire(name, "waiter", 30)
+            assert grant.granted and grant.taken_over
+            proc.send_signal(signal.SIGCONT)  # it wakes up to a lost lease
+            assert table.holder(name) == "waiter"
+        finally:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait(30)
+        table.release(name, "waiter")
+
+    @pytest.mark.slow
+    def test_of_the_waiters_of_a_dead_holder_one_takes_over(self, table, tmp_path):
+        name = make_key(15)
+        ttl = LONG_TTL if self.sees_death else 2.0
+        proc = self._start_holder(table, name, ttl, tmp_path / "ready")
+        if proc is None:
+            pytest.skip("this table lives in one process")
+        grants: dict[int, object] = {}
+        barrier = threading.Barrier(7)
+
+        def waiter(i: int) -> None:
+            barrier.wait(30)
+            deadline = time.monotonic() + CHILD_SECONDS
+            while time.monotonic() < deadline:
+                grant = table.acquire(name, f"waiter-{i}", 30)
+                if grant.granted or (table.holder(name) or "").startswith("waiter"):
+                    grants[i] = grant
+                    return
+                table.wait(name, 1.0)
+
+        threads = [threading.Thread(target=waiter, args=(i,)) for i in range(6)]
+        try:
+            for t in threads:
+                t.start()
+            barrier.wait(30)
+            time.sleep(0.3)  # every waiter is waiting on the holder
+            proc.kill()
+            proc.wait(30)
+            for t in threads:
+                t.join(CHILD_SECONDS + 30)
+        finally:
+            proc.kill()
+            proc.wait(30)
+        winners = [i for i, g in grants.items() if g.granted]
+        assert len(grants) == 6 and len(winners) == 1, grants
+        assert grants[winners[0]].taken_over
+        assert table.holder(name) == f"waiter-{winners[0]}"
+        table.release(name, f"waiter-{winners[0]}")

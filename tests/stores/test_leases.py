@@ -9,22 +9,27 @@ import pytest
 
 from tests.server.srvutil import start_bucket_server, start_server
 from tests.stores.lease_contract import LeaseContract
+from xlacache.stores.dir_leases import SKEW, DirLeases
 from xlacache.stores.gcs_leases import DEFAULT_SKEW, GCSLeases
 from xlacache.stores.gcs_objects import GCSObjects
-from xlacache.stores.leases import DirLeases, MemoryLeases
+from xlacache.stores.leases import MemoryLeases
 from xlacache.stores.remote import GrpcStore
 
 pytestmark = pytest.mark.timeout(180)
 
 
 class TestMemoryLeases(LeaseContract):
+    pushes = pushes_free = True
+
     @pytest.fixture
     def table(self):
         return MemoryLeases()
 
 
 class TestDirLeases(LeaseContract):
-    expires = False
+    skew = SKEW
+    sees_death = True
+    pushes = True
 
     @pytest.fixture
     def table(self, tmp_path):
@@ -34,7 +39,7 @@ class TestDirLeases(LeaseContract):
 
     def child_table_code(self, table):
         root = str(table.dir.parent)
-        return f"from xlacache.stores.leases import DirLeases\ntable = DirLeases({root!r})", {}
+        return f"from xlacache.stores.dir_leases import DirLeases\ntable = DirLeases({root!r})", {}
 
 
 class TestGCSLeases(LeaseContract):
@@ -109,6 +114,9 @@ def bucket_lease_server(tmp_path_factory, gcs_emulator):
 
 
 class TestServerLeases(GrpcLeaseTable, LeaseContract):
+    sees_death = True
+    pushes = pushes_free = True
+
     @pytest.fixture
     def lease_server(self, memory_lease_server):
         return memory_lease_server
@@ -116,6 +124,8 @@ class TestServerLeases(GrpcLeaseTable, LeaseContract):
 
 class TestBucketServerLeases(GrpcLeaseTable, LeaseContract):
     skew = DEFAULT_SKEW
+    sees_death = True
+    pushes = True  # the replica polls the bucket, and answers when the lease ends
 
     @pytest.fixture
     def lease_server(self, bucket_lease_server):

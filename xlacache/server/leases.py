@@ -1,34 +1,76 @@
-"""The Lease and LeaseWait RPCs: single-flight for the server's clients.
+"""The Lease, LeaseHold and LeaseWait RPCs: single-flight for the server's clients.
 
 One table per server: in memory over a cache directory (`MemoryLeases`), in the bucket
 over ``--store gs://`` (`GCSLeases`), so replicas over one bucket grant a key to one
-client at a time. Figures: leases granted and taken over, waits that ended, compiles
-avoided by waiting and seconds spent waiting (as the waiting clients report them).
+client at a time.
+
+- **LeaseHold** binds a lease to its holder's connection: the handler sends heartbeats
+  (so the stream is never idle) and, when the call ends without a release (the client's
+  process died, its connection broke), expires the lease at once: the next acquire is a
+  takeover, by exactly one waiter. The holder still renews within its ttl, so a holder
+  that hangs but keeps its connection is outlasted by the ttl. Before the server's
+  request timeout would cut it, a hold ends with `rebind` and the client opens another.
+- **LeaseWait** with `wait_seconds` blocks (at most MAX_WAIT per call, at most
+  `max_blocked` calls at once; beyond that it answers at once and the client polls)
+  until the lease ends or the holder's entry is stored here (`LeaseTable.notify`).
+
+Figures: leases granted, taken over and expired on disconnect, waits that ended by how,
+compiles avoided, seconds spent waiting and wake latency (as the waiting clients report
+them), waits blocked now.
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+import threading
+import time
+from collections.abc import Iterator
+
+from prometheus_client import Counter, Gauge
 
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import InvalidRequestError
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.rpc import checked_key
-from xlacache.stores.leases import DEFAULT_TTL, LeaseTable
+from xlacache.stores.leases import DEFAULT_TTL, LeaseTable, Wake
 
 MAX_HOLDER = 256  # characters of a holder id
 MAX_REPORTED_WAIT = 86400.0
+MAX_WAIT = 20.0  # seconds one LeaseWait call may block (the client asks again)
+HEARTBEAT = 5.0  # seconds between LeaseHold heartbeats (less with a short idle timeout)
+MAX_HOLD = 240.0  # seconds one LeaseHold stream lives before it rebinds
+_WAKES = {
+    Wake.HELD: pb.LeaseWaitResponse.HELD,
+    Wake.STORED: pb.LeaseWaitResponse.STORED,
+    Wake.RELEASED: pb.LeaseWaitResponse.RELEASED,
+    Wake.ABANDONED: pb.LeaseWaitResponse.ABANDONED,
+}
 
 
 class LeaseHandlers:
-    def __init__(self, table: LeaseTable, metrics: ServerMetrics) -> None:
+    def __init__(
+        self,
+        table: LeaseTable,
+        metrics: ServerMetrics,
+        *,
+        request_timeout: float = 600.0,
+        idle_timeout: float = 20.0,
+        max_blocked: int = 32,
+    ) -> None:
         self.table = table
         self.metrics = metrics
+        self.heartbeat = min(HEARTBEAT, idle_timeout / 3) if idle_timeout > 0 else HEARTBEAT
+        self.max_hold = min(MAX_HOLD, request_timeout * 0.8) if request_timeout > 0 else MAX_HOLD
+        self._blocked = threading.BoundedSemaphore(max(1, max_blocked))
         r = metrics.registry
         self.granted = Counter("xlacache_leases_granted", "Leases granted", registry=r)
         self.taken_over = Counter(
             "xlacache_leases_taken_over",
             "Leases granted over an expired one (its holder died or stalled)",
+            registry=r,
+        )
+        self.disconnected = Counter(
+            "xlacache_leases_expired_on_disconnect",
+            "Leases expired at once because their holder's connection broke (it died)",
             registry=r,
         )
         self.refused = Counter(
@@ -39,6 +81,14 @@ class LeaseHandlers:
             "xlacache_lease_waits", "Waits for another client's compile, ended by outcome",
             ["outcome"], registry=r,
         )  # fmt: skip
+        self.wakes = Counter(
+            "xlacache_lease_wakes", "Blocked LeaseWait calls that ended by how the lease ended",
+            ["wake"], registry=r,
+        )  # fmt: skip
+        self.blocked = Gauge(
+            "xlacache_lease_waits_blocked", "LeaseWait calls blocked on the server now",
+            registry=r,
+        )  # fmt: skip
         self.avoided = Counter(
             "xlacache_compiles_avoided",
             "Compiles avoided: waits that ended loading another client's entry",
@@ -47,27 +97,19 @@ class LeaseHandlers:
         self.wait_seconds = Counter(
             "xlacache_wait_seconds", "Seconds clients spent waiting on leases", registry=r
         )
+        self.wake_seconds = Counter(
+            "xlacache_wake_seconds",
+            "Seconds from a holder's entry being created to a waiting client loading it",
+            registry=r,
+        )
+
+    # -- Lease -----------------------------------------------------------------------------
 
     def lease(self, request: pb.LeaseRequest, context) -> pb.LeaseResponse:
-        key = checked_key(request.key)
-        holder = request.holder
-        if not holder or len(holder) > MAX_HOLDER:
-            raise InvalidRequestError(f"holder must be 1 to {MAX_HOLDER} characters")
-        ttl = request.ttl_seconds or DEFAULT_TTL
+        key, holder, ttl = self._checked(request)
         action = request.action
         if action == pb.LeaseRequest.ACQUIRE:
-            grant = self.table.acquire(key, holder, ttl)
-            if grant.granted:
-                self.granted.inc()
-                self.metrics.add("leases_granted")
-                if grant.taken_over:
-                    self.taken_over.inc()
-                    self.metrics.add("leases_taken_over")
-            else:
-                self.refused.inc()
-            return pb.LeaseResponse(
-                granted=grant.granted, taken_over=grant.taken_over, holder=grant.holder
-            )
+            return self._acquire(key, holder, ttl)
         if action == pb.LeaseRequest.RENEW:
             held = self.table.renew(key, holder, ttl)
             return pb.LeaseResponse(granted=held, holder=holder if held else "")
@@ -76,17 +118,97 @@ class LeaseHandlers:
             return pb.LeaseResponse()
         raise InvalidRequestError("lease action must be ACQUIRE, RENEW or RELEASE")
 
+    def _checked(self, request: pb.LeaseRequest) -> tuple[str, str, float]:
+        key = checked_key(request.key)
+        holder = request.holder
+        if not holder or len(holder) > MAX_HOLDER:
+            raise InvalidRequestError(f"holder must be 1 to {MAX_HOLDER} characters")
+        return key, holder, request.ttl_seconds or DEFAULT_TTL
+
+    def _acquire(self, key: str, holder: str, ttl: float) -> pb.LeaseResponse:
+        grant = self.table.acquire(key, holder, ttl)
+        if grant.granted:
+            self.granted.inc()
+            self.metrics.add("leases_granted")
+            if grant.taken_over:
+                self.taken_over.inc()
+                self.metrics.add("leases_taken_over")
+        else:
+            self.refused.inc()
+        return pb.LeaseResponse(
+            granted=grant.granted, taken_over=grant.taken_over, holder=grant.holder
+        )
+
+    # -- LeaseHold -------------------------------------------------------------------------
+
+    def hold(self, request: pb.LeaseRequest, context) -> Iterator[pb.LeaseResponse]:
+        """Acquire, then keep the lease bound to this call (see the module docstring)."""
+        key, holder, ttl = self._checked(request)
+        if request.action != pb.LeaseRequest.ACQUIRE:
+            raise InvalidRequestError("LeaseHold takes an ACQUIRE")
+        answer = self._acquire(key, holder, ttl)
+        yield answer
+        if not answer.granted:
+            return
+        ended = threading.Event()
+        context.add_callback(ended.set)  # the call ended: released, cancelled, or cut
+        rebind_at = time.monotonic() + self.max_hold
+        rebound = False
+        try:
+            while not ended.wait(self.heartbeat):
+                if self.table.holder(key) != holder:
+                    return  # released (or lost to a takeover): nothing left to hold
+                rebound = time.monotonic() >= rebind_at
+                yield pb.LeaseResponse(granted=True, holder=holder, rebind=rebound)
+                if rebound:
+                    return
+        finally:
+            if not rebound and not context.is_active() and self.table.holder(key) == holder:
+                self.table.expire(key, holder)  # its holder is gone: a waiter takes over
+                self.disconnected.inc()
+                self.metrics.add("leases_expired_on_disconnect")
+
+    # -- LeaseWait -------------------------------------------------------------------------
+
     def wait(self, request: pb.LeaseWaitRequest, context) -> pb.LeaseWaitResponse:
         key = checked_key(request.key)
-        if not request.done:
-            return pb.LeaseWaitResponse(holder=self.table.holder(key) or "")
-        seconds = request.waited_seconds
-        if not 0 <= seconds <= MAX_REPORTED_WAIT:
-            raise InvalidRequestError("waited_seconds out of range")
+        if request.done:
+            return self._report(request)
+        if not 0 <= request.wait_seconds <= MAX_REPORTED_WAIT:
+            raise InvalidRequestError("wait_seconds out of range")
+        if request.wait_seconds > 0 and self._blocked.acquire(blocking=False):
+            try:
+                self.blocked.inc()
+                self.metrics.add("lease_waits_blocked")
+                remaining = context.time_remaining()
+                budget = min(request.wait_seconds, MAX_WAIT)
+                if remaining is not None:
+                    budget = min(budget, max(0.0, remaining - 1.0))  # answer within its deadline
+                waited = self.table.wait(key, budget, free=request.free)
+            finally:
+                self.blocked.dec()
+                self.metrics.add("lease_waits_blocked", -1)
+                self._blocked.release()
+            self.wakes.labels(waited.wake.value).inc()
+            return pb.LeaseWaitResponse(holder=waited.holder, wake=_WAKES[waited.wake], waited=True)
+        holder, ended, _, _ = self.table.state(key)
+        wake = Wake.HELD if holder is not None else ended
+        return pb.LeaseWaitResponse(holder=holder or "", wake=_WAKES[wake])
+
+    def _report(self, request: pb.LeaseWaitRequest) -> pb.LeaseWaitResponse:
+        seconds, wake = request.waited_seconds, request.wake_seconds
+        if not (0 <= seconds <= MAX_REPORTED_WAIT and 0 <= wake <= MAX_REPORTED_WAIT):
+            raise InvalidRequestError("waited_seconds or wake_seconds out of range")
         self.waits.labels("loaded" if request.loaded else "compiled").inc()
         self.wait_seconds.inc(seconds)
         self.metrics.add("wait_seconds", seconds)
         if request.loaded:
             self.avoided.inc()
             self.metrics.add("compiles_avoided")
+            self.wake_seconds.inc(wake)
+            self.metrics.add("wake_seconds", wake)
         return pb.LeaseWaitResponse()
+
+    def stored(self, key: str) -> None:
+        """An entry was stored here: wake the clients waiting on its lease."""
+        self.table.notify(key)

@@ -14,6 +14,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from xlacache import counters
 from xlacache.stores.base import StoreSummary
 
+# Figures the server's stores count in this process (`xlacache.counters`), exported as
+# counters and in the Stats RPC's: read-throughs that waited for another's fetch of the
+# same key (a bucket server), and looks at leases a wait had to poll (a bucket's).
+PROCESS_FIGURES = {
+    "coalesced_reads": "Reads of a key that waited for another request's fetch of it",
+    "lease_polls": "Looks at a lease that server-side waits had to poll (a bucket's)",
+}
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
@@ -56,6 +63,8 @@ class _StoreCollector:
             "Index rows added or dropped to match the entry files (crashes, full disks)",
             value=figures.get("index_drift", 0),
         )
+        for name, help_text in PROCESS_FIGURES.items():
+            yield CounterMetricFamily(f"xlacache_{name}", help_text, value=figures.get(name, 0))
 
 
 @dataclass
@@ -166,5 +175,8 @@ class ServerMetrics:
             return self._plain.get(name, 0)
 
     def plain(self) -> dict[str, float]:
+        figures = counters.snapshot()
         with self._lock:
-            return dict(self._plain)
+            plain = dict(self._plain)
+        plain.update({name: figures.get(name, 0) for name in PROCESS_FIGURES})
+        return plain

@@ -143,6 +143,7 @@ class Overview:
             ],
             "miss_reasons": self.misses.reasons(),
             "clients": [c.to_dict() for c in self.metrics.clients()],
+            "pods": pod_figures(self.metrics.plain()),
             "history": self.history.series(),
         }
 
@@ -150,3 +151,25 @@ class Overview:
 def _requests(plain: dict[str, float]) -> dict[str, float]:
     """RPCs finished by "method.status" (ServerMetrics counts them as "requests.*")."""
     return {k.removeprefix("requests."): v for k, v in plain.items() if k.startswith("requests.")}
+
+
+POD_FIGURES = (
+    "leases_granted",  # compiles started under a lease
+    "leases_taken_over",  # leases taken from a holder that died or stalled
+    "leases_expired_on_disconnect",  # holders noticed dead at once (their connection broke)
+    "compiles_avoided",  # waits that ended loading another client's entry
+    "wait_seconds",  # seconds clients spent waiting (as they reported)
+    "wake_seconds",  # entry created -> a waiter loaded it, summed over compiles avoided
+    "lease_waits_blocked",  # LeaseWait calls blocked here now
+    "coalesced_reads",  # read-throughs that waited for another's fetch of the key
+    "touched",  # prefetched entries clients used (Touch)
+    "job_records",  # job manifest updates
+)
+
+
+def pod_figures(plain: dict[str, float]) -> dict:
+    """Single-flight and pod figures since start, with the mean wake latency."""
+    figures = {name: plain.get(name, 0) for name in POD_FIGURES}
+    avoided = figures["compiles_avoided"]
+    figures["mean_wake_seconds"] = round(figures["wake_seconds"] / avoided, 4) if avoided else 0
+    return figures

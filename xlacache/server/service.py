@@ -2,7 +2,8 @@
 
 `METHODS` is the whole service at a glance: each RPC's role, request type and
 handler. The handlers live in `transfers` (Get, Put), `leases` (Lease, LeaseWait),
-`misses` (ReportMiss, RecentMisses) and `queries` (the rest); what every call goes
+`misses` (ReportMiss, RecentMisses), `jobs` (Touch, JobKeys, RecordJob) and `queries`
+(the rest); what every call goes
 through (parsing, auth, deadline, metrics, statuses) is `rpc.Gate`.
 A new RPC is a line here, a handler, and a message in proto/xlacache/v1/cache.proto.
 """
@@ -17,13 +18,14 @@ from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.protocol import SERVICE_NAME
 from xlacache.server.auth import Role, TokenTable
 from xlacache.server.config import ServerConfig
+from xlacache.server.jobs import JobHandlers
 from xlacache.server.leases import LeaseHandlers
 from xlacache.server.limits import IdleMonitor, Rate, Watchdog
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.misses import MissRing
 from xlacache.server.queries import Queries
 from xlacache.server.rpc import Gate
-from xlacache.server.storage import ServedStore
+from xlacache.server.storage import ServedStore, job_log
 from xlacache.server.transfers import Transfers
 from xlacache.stores.leases import LeaseTable
 
@@ -39,6 +41,10 @@ class Method(NamedTuple):
 # A client reports an entry it found corrupt once; a read token may not make the server
 # verify large entries in a loop.
 REPORT_RATE = Rate(per_second=1.0, burst=20)
+# Every worker of a pod (one token, often) touches once a second at most; a job's
+# writers record its manifest every few seconds.
+TOUCH_RATE = Rate(per_second=50.0, burst=200)
+RECORD_JOB_RATE = Rate(per_second=5.0, burst=50)
 
 
 METHODS: dict[str, Method] = {
@@ -57,7 +63,11 @@ METHODS: dict[str, Method] = {
     "ReportMiss": Method(Role.READ, pb.ReportMissRequest, "misses.report", "unary"),
     "RecentMisses": Method(Role.READ, pb.RecentMissesRequest, "misses.recent", "unary"),
     "Lease": Method(Role.WRITE, pb.LeaseRequest, "leases.lease", "unary"),
+    "LeaseHold": Method(Role.WRITE, pb.LeaseRequest, "leases.hold", "stream_out"),
     "LeaseWait": Method(Role.READ, pb.LeaseWaitRequest, "leases.wait", "unary"),
+    "Touch": Method(Role.READ, pb.TouchRequest, "jobs.touch", "unary", TOUCH_RATE),
+    "JobKeys": Method(Role.READ, pb.JobKeysRequest, "jobs.keys", "unary"),
+    "RecordJob": Method(Role.WRITE, pb.RecordJobRequest, "jobs.record", "unary", RECORD_JOB_RATE),
 }
 
 
@@ -79,7 +89,12 @@ class CacheService:
         self.transfers = Transfers(store, config, metrics)
         self.queries = Queries(store, config, metrics, self.transfers)
         self.misses = MissRing(store, metrics)
-        self.leases = LeaseHandlers(leases, metrics)
+        self.leases = LeaseHandlers(
+            leases, metrics, request_timeout=config.request_timeout,
+            idle_timeout=config.idle_timeout, max_blocked=max(1, config.workers // 4),
+        )  # fmt: skip
+        self.transfers.on_stored = self.leases.stored
+        self.jobs = JobHandlers(store, job_log(store), metrics)
 
     def handler(self, name: str):
         """The gRPC method implementation of RPC `name` (parsing, auth, ... included)."""
@@ -91,7 +106,8 @@ class CacheService:
 
 
 def _serialize(message) -> bytes:
-    return message.SerializeToString()
+    """A response message's bytes (Get's are wire-format bytes already)."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
 
 
 def method_handlers(service: CacheService) -> grpc.GenericRpcHandler:
@@ -106,7 +122,7 @@ def method_handlers(service: CacheService) -> grpc.GenericRpcHandler:
         name: factories[method.kind](
             service.handler(name),
             request_deserializer=None,
-            response_serializer=None if method.kind == "stream_out" else _serialize,
+            response_serializer=_serialize,
         )
         for name, method in METHODS.items()
     }

@@ -245,6 +245,32 @@ def _clients(status: dict, now: float) -> str:
     )
 
 
+def _pods(status: dict) -> str:
+    """Single-flight: compiles shared, dead holders noticed, waits and their wake latency."""
+    pods = status["pods"]
+    rows = [
+        ("pod-avoided", "compiles avoided (waiters loaded another's entry)", "compiles_avoided"),
+        ("pod-granted", "leases granted", "leases_granted"),
+        ("pod-taken-over", "leases taken over (holder died or stalled)", "leases_taken_over"),
+        ("pod-disconnected", "holders noticed dead at once", "leases_expired_on_disconnect"),
+        ("pod-wait", "seconds clients waited", "wait_seconds"),
+        ("pod-wake", "mean wake latency, s (entry created to loaded)", "mean_wake_seconds"),
+        ("pod-blocked", "waits blocked here now", "lease_waits_blocked"),
+        ("pod-coalesced", "coalesced reads", "coalesced_reads"),
+        ("pod-touched", "prefetched entries used", "touched"),
+    ]
+    body = "".join(
+        f'<tr><td>{escape(text)}</td><td class="num" id="{row_id}" '
+        f'data-value="{pods[name]}">{_num(pods[name], 3 if name.endswith("seconds") else 0)}'
+        "</td></tr>"
+        for row_id, text, name in rows
+    )
+    return (
+        '<div class="panel"><h2>Pods<span class="note">single-flight since start</span></h2>'
+        f'<table id="pods">{body}</table></div>'
+    )
+
+
 def _requests(status: dict) -> str:
     rows = "".join(
         f'<tr><td class="mono">{escape(k)}</td><td class="num">{_num(v)}</td></tr>'
@@ -282,6 +308,7 @@ def render_html(status: dict) -> str:
         + "</section>"
         + _misses(status)
         + '<section class="grid2">' + _clients(status, now) + _requests(status) + "</section>"
+        + '<section class="grid2">' + _pods(status) + "</section>"
     )  # fmt: skip
     updated = datetime.fromtimestamp(now).strftime("%Y-%m-%d %H:%M:%S")
     return (

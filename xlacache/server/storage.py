@@ -1,8 +1,10 @@
 """What a server serves: a cache directory, or a bucket with a local directory in front.
 
-    --store DIR                           a LocalStore; leases in the server's memory
+    --store DIR                           a LocalStore; leases in the server's memory,
+                                          job manifests in DIR/jobs/
     --store gs://B/P --cache-dir DIR      a FrontedStore (read-through, write-through);
-                                          leases in the bucket, shared by every replica
+                                          leases and job manifests in the bucket, shared
+                                          by every replica
 
 Both give the handlers the same calls: the Store interface for the queries, and the
 local directory's file-level calls for streaming (`open_entry`, `temp_path`,
@@ -15,6 +17,7 @@ from typing import Union
 
 from xlacache.server.config import ServerConfig, is_bucket_url
 from xlacache.stores.fronted import FrontedStore
+from xlacache.stores.jobs import DirJobs, JobLog
 from xlacache.stores.leases import LeaseTable, MemoryLeases
 from xlacache.stores.local import LocalStore
 
@@ -49,3 +52,13 @@ def lease_table(store: ServedStore) -> LeaseTable:
         if table is not None:
             return table
     return MemoryLeases()
+
+
+def job_log(store: ServedStore) -> JobLog:
+    """Where this server keeps job manifests: the bucket's (shared by replicas), else its
+    directory's."""
+    if isinstance(store, FrontedStore):
+        jobs = store.jobs()
+        if jobs is not None:
+            return jobs
+    return DirJobs(local_disk(store).root)

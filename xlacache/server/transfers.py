@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from xlacache import entry
@@ -58,6 +58,7 @@ class Transfers:
         self.uploads = ByteBudget(config.upload_memory, on_change=metrics.upload_memory.set)
         self.buffers = diskio.BufferPool()
         self.required_signers: TrustedKeys | None = config.trusted_keys()
+        self.on_stored: Callable[[str], None] = lambda key: None  # wakes lease waiters
 
     # -- Get -----------------------------------------------------------------------------
 
@@ -90,7 +91,8 @@ class Transfers:
                 sent += len(data)
                 yield wire.get_chunk(data)
         self.metrics.hit(size)
-        self.store.record_hit(key)
+        if not request.peek:  # a prefetch's read is not a use (Touch counts it once used)
+            self.store.record_hit(key)
 
     def _whole(self, key: str, f, size: int) -> bool:
         """Whether the file holds a checked header for this key and its full length;
@@ -139,6 +141,7 @@ class Transfers:
             finally:
                 tmp.unlink(missing_ok=True)  # put_file consumed it, or the upload failed
         self.metrics.received(size)
+        self.on_stored(key)
         return pb.PutResponse(stored=True)
 
     def _hold(self, held: Holder, amount: int, context) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from xlacache import entry
+from xlacache.stores.jobs import JobLog
 from xlacache.stores.leases import LeaseTable
 
 
@@ -229,6 +230,14 @@ class Store(abc.ABC):
         """The leases that let the processes sharing this store compile a key once
         (`xlacache.stores.leases`), or None where the store has none."""
         return None
+
+    def jobs(self) -> JobLog | None:
+        """The manifests of what each job used (`xlacache.stores.jobs`), for shared stores
+        that keep them; None otherwise."""
+        return None
+
+    def record_hit(self, key: str) -> None:  # noqa: B027 - a store that counts no uses
+        """Count a use of an entry read with `peek` (a prefetched entry a request took)."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and file handles."""

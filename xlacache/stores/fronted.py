@@ -5,7 +5,7 @@ several stateless server replicas share one bucket (as bazel-remote's GCS proxy 
 
 - **Read-through.** An entry missing from the local directory is fetched from the
   remote (verified there), kept on local disk and served from it; concurrent requests
-  for one key fetch it once.
+  for one key fetch it once (`coalesced_reads` counts the requests that waited).
 - **Write-through.** An entry is stored on local disk, then in the remote, before a
   write returns: a server acknowledges a Put only once the bucket has it. If the
   remote refuses or fails, the local copy is removed and the write fails with the
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import tempfile
 import threading
-import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -34,7 +33,7 @@ from xlacache.stores.leases import LeaseTable
 from xlacache.stores.local import LocalStore
 from xlacache.stores.tiered import TieredStore
 
-_FETCH_LOCKS = 64  # striped locks: concurrent reads of one missing key fetch it once
+FETCH_WAIT = 300.0  # seconds a read waits for another's fetch of the same key
 
 
 class FrontedStore(TieredStore):
@@ -44,7 +43,8 @@ class FrontedStore(TieredStore):
 
     def __init__(self, local: LocalStore, remote: Store) -> None:
         super().__init__(local, remote)
-        self._fetch_locks = [threading.Lock() for _ in range(_FETCH_LOCKS)]
+        self._fetching: dict[str, threading.Event] = {}  # keys being read through
+        self._fetch_lock = threading.Lock()
 
     # -- writes: through to the remote ---------------------------------------------------
 
@@ -82,26 +82,43 @@ class FrontedStore(TieredStore):
 
     def open_entry(self, key: str) -> BinaryIO:
         """The entry file for streaming, fetched from the remote first if not on disk;
-        FileNotFoundError when neither has it."""
+        FileNotFoundError when neither has it. Concurrent requests for one missing key
+        fetch it once: the others wait for that fetch (counted as coalesced_reads)."""
         try:
             return self.local.open_entry(key)
         except FileNotFoundError:
             pass
-        with self._fetch_locks[zlib.crc32(key.encode()) % _FETCH_LOCKS]:
+        with self._fetch_lock:
+            fetching = self._fetching.get(key)
+            leader = fetching is None
+            if leader:
+                fetching = self._fetching[key] = threading.Event()
+        if not leader:
+            counters.add("coalesced_reads")
+            fetching.wait(FETCH_WAIT)
             try:
-                return self.local.open_entry(key)  # fetched by another request meanwhile
+                return self.local.open_entry(key)  # the leader's fetch
             except FileNotFoundError:
-                pass
-            blob = self._remote_get(key)
-            if blob is None:
-                raise FileNotFoundError(key)
-            counters.add("remote_hits")
-            try:
-                self.local.put(key, blob)
-                return self.local.open_entry(key)
-            except (CacheError, OSError) as exc:  # a full disk: serve it from memory
-                counters.record_error(kind_of(exc), exc)
-                return _spooled(blob)
+                pass  # it found nothing, or could not keep it: look for ourselves
+        try:
+            return self._fetch(key)
+        finally:
+            if leader:
+                with self._fetch_lock:
+                    del self._fetching[key]
+                fetching.set()
+
+    def _fetch(self, key: str) -> BinaryIO:
+        blob = self._remote_get(key)
+        if blob is None:
+            raise FileNotFoundError(key)
+        counters.add("remote_hits")
+        try:
+            self.local.put(key, blob)
+            return self.local.open_entry(key)
+        except (CacheError, OSError) as exc:  # a full disk: serve it from memory
+            counters.record_error(kind_of(exc), exc)
+            return _spooled(blob)
 
     # -- queries: the remote is the truth --------------------------------------------------
 

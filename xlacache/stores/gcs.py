@@ -7,6 +7,7 @@ Layout (the same entries, under the same names, as a local cache directory)::
     PREFIX/misses/<ns>-<rand>.json   recorded misses (`xlacache explain`), about
                                      MAX_MISS_OBJECTS of the newest, trimmed by writers
     PREFIX/leases/<key>              single-flight leases (stores/gcs_leases.py)
+    PREFIX/jobs/<job>.json           what each job used last time (stores/jobs.py)
 
 Each entry object carries custom metadata (format, payload-size, created,
 compile-seconds, label, and once used: last-used, hits), so listing, stats and
@@ -50,6 +51,7 @@ from xlacache.key import is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
 from xlacache.stores.gcs_leases import GCSLeases
 from xlacache.stores.gcs_objects import DEFAULT_TIMEOUT, GCSObjects, ObjectInfo, RetryPolicy
+from xlacache.stores.jobs import GCSJobs
 from xlacache.stores.local import ENTRY_SUFFIX, MARKER
 
 ENTRIES = "entries/"
@@ -164,6 +166,22 @@ class GCSStore(Store):
     # -- Store interface ---------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
+        found = self._read(key)
+        if found is None:
+            return None
+        self._note_use(key, found[1])
+        return found[0]
+
+    def peek(self, key: str) -> bytes | None:
+        """`get` without recording a use (`record_hit` records it later)."""
+        found = self._read(key)
+        return None if found is None else found[0]
+
+    def record_hit(self, key: str) -> None:
+        """Record a use of an entry read with `peek` (as a `get` would)."""
+        self._note_use(key, ObjectInfo(entry_name(key), 0, 0))
+
+    def _read(self, key: str) -> tuple[bytes, ObjectInfo] | None:
         name = entry_name(key)
         found = self.objects.read(name, deadline=self._transfer_deadline(None))
         if found is None:
@@ -175,8 +193,7 @@ class GCSStore(Store):
             if not self.readonly:
                 self._delete_quietly(name, obj.generation)
             raise
-        self._note_use(key, obj)
-        return blob
+        return blob, obj
 
     def put(self, key: str, blob: bytes) -> None:
         self._writable()
@@ -270,6 +287,10 @@ class GCSStore(Store):
     def leases(self) -> GCSLeases:
         """Lease objects under leases/ (what every client and server replica agrees on)."""
         return GCSLeases(self.objects, timeout=self.timeout)
+
+    def jobs(self) -> GCSJobs:
+        """Job manifests under jobs/ (`xlacache.stores.jobs`)."""
+        return GCSJobs(self.objects, timeout=self.timeout)
 
     def close(self) -> None:
         """Give pending use records a bounded time to finish."""

@@ -3,18 +3,24 @@
 A `LeaseTable` grants the lease on a name (a cache key) to one holder. The holder renews
 it while it compiles (`HeldLease` does that on a thread, every ttl/3) and releases it
 once the entry is stored; a lease that is not renewed for `ttl` seconds expires, so a
-holder that dies loses it and a waiter takes it over. Waiting for a holder is polling
-(the store for the entry, the table for the lease) with backoff (`WAIT_BACKOFF`), always
-under a deadline: see `xlacache.cache`.
+holder that hangs loses it and a waiter takes it over. A holder that dies is noticed at
+once where the backend can see it (a directory's flock, a server's connection).
+
+Waiting for a holder is `LeaseTable.wait`: it returns as soon as the lease ends or the
+holder's entry is stored (`Wake`), or when its time is up. Backends that can be told
+block (a directory: on the holder's flock; a server: a `LeaseWait` that returns when the
+entry lands); the others poll (`poll_interval`: often while a compile is young, then
+less, under a per-process request rate). Every wait has a deadline: see
+`xlacache.flight`.
 
 Backends, chosen by the store (`Store.leases()`):
 
-- `DirLeases`: processes sharing one cache directory. A lock file per key, held with
-  flock(2): the kernel drops the lock the moment its holder dies, so a waiter takes
-  over at its next poll (no expiry needed; a hung holder is outlasted by the waiters'
-  deadline).
+- `DirLeases` (`stores/dir_leases.py`): processes sharing one cache directory. A lock
+  file per key, held with flock(2): the kernel drops the lock the moment its holder
+  dies, and a waiter blocked on it wakes at once; a holder that hangs stops renewing the
+  time in its file and is outlasted by the ttl.
 - `MemoryLeases`: the table of one `xlacache serve` over a directory, with expiry
-  (clients reach it through the Lease RPC: `stores/remote_leases.py`).
+  (clients reach it through the Lease, LeaseHold and LeaseWait RPCs: `stores/remote_leases.py`).
 - `GCSLeases` (`stores/gcs_leases.py`): lease objects in the bucket, created with
   ifGenerationMatch=0 and renewed or taken over with a generation precondition: what
   several server replicas over one bucket, and clients of the bucket, agree on.
@@ -26,32 +32,36 @@ so two threads of one process compiling one key do not both hold it.
 from __future__ import annotations
 
 import abc
-import contextlib
-import fcntl
-import json
+import enum
 import os
 import socket
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
+from typing import NamedTuple
 
 from xlacache import counters
 from xlacache.errors import kind_of
 from xlacache.key import is_valid_key
-from xlacache.stores.resilience import Backoff
 
 DEFAULT_TTL = 30.0  # seconds a lease lives unless renewed
 MIN_TTL = 1.0
 MAX_TTL = 600.0
 _FORGET_AFTER = 60.0  # seconds an expired lease is kept, so a late taker sees it was taken over
-_HOST = socket.gethostname()
+HOST = socket.gethostname()
+
+# Polling (backends that cannot be told): every POLL_MIN seconds while a compile is young,
+# then a tenth of its age, at most POLL_MAX; one process polls at most MAX_POLL_RATE
+# times a second, all its waits together.
+POLL_MIN = 0.05
+POLL_MAX = 1.0
+MAX_POLL_RATE = 20.0
 
 
 def new_holder() -> str:
     """A unique holder id: host, process, and a random part (one per attempt)."""
-    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
 def check_name(name: str) -> str:
@@ -65,6 +75,33 @@ def clamp_ttl(ttl: float) -> float:
     return min(MAX_TTL, max(MIN_TTL, float(ttl)))
 
 
+def poll_interval(age: float) -> float:
+    """Seconds until the next look at a lease whose compile has run `age` seconds: short
+    while it is young (most compiles are), a tenth of its age later (a wake costs at most
+    ~10 % of the compile), never more than POLL_MAX."""
+    return min(POLL_MAX, max(POLL_MIN, age / 10))
+
+
+class _Pacer:
+    """At most `rate` polls a second from this process: `reserve()` is how long to wait
+    for the next slot (slots are handed out in order, so waits share the rate)."""
+
+    def __init__(self, rate: float) -> None:
+        self.spacing = 1.0 / rate
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def reserve(self) -> float:
+        with self._lock:
+            now = time.monotonic()
+            slot = max(now, self._next)
+            self._next = slot + self.spacing
+            return slot - now
+
+
+POLLS = _Pacer(MAX_POLL_RATE)
+
+
 @dataclass(frozen=True)
 class Grant:
     """The answer to an acquire."""
@@ -72,6 +109,33 @@ class Grant:
     granted: bool
     taken_over: bool = False  # granted, and another holder's expired lease was replaced
     holder: str = ""  # who holds the lease now (the caller when granted; "" if unknown)
+
+
+class LeaseState(NamedTuple):
+    """What a look at a lease says."""
+
+    holder: str | None  # the live holder, or None
+    ended: Wake  # not live: how it ended (RELEASED or ABANDONED)
+    age: float | None = None  # live: seconds since it was taken, if known
+    expires_in: float | None = None  # live: seconds until it expires unrenewed, if known
+
+
+class Wake(enum.Enum):
+    """Why a wait on a lease ended."""
+
+    STORED = "stored"  # the holder's entry was stored
+    RELEASED = "released"  # the holder let go (after storing its entry, or storing none)
+    ABANDONED = "abandoned"  # the holder died or stalled: its lease ended without a release
+    HELD = "held"  # still held when the wait's time was up
+
+
+@dataclass(frozen=True)
+class Waited:
+    """The end of one `LeaseTable.wait`."""
+
+    wake: Wake
+    pushed: bool = False  # the backend said so (a wake), rather than a poll finding it
+    holder: str = ""  # HELD: who holds it
 
 
 class LeaseTable(abc.ABC):
@@ -95,7 +159,49 @@ class LeaseTable(abc.ABC):
     def holder(self, name: str) -> str | None:
         """The live holder of the lease, or None. Read-only: readers call only this."""
 
-    def report_wait(self, name: str, loaded: bool, seconds: float) -> None:  # noqa: B027
+    def state(self, name: str) -> LeaseState:
+        """A look at the lease (read-only). The default knows only `holder`."""
+        return LeaseState(self.holder(name), Wake.RELEASED)
+
+    def wait(self, name: str, timeout: float, free: bool = False) -> Waited:
+        """Wait until the lease on `name` is not live any more (or its entry is stored),
+        at most `timeout` seconds. Read-only: readers wait too. `free`: the caller saw
+        nobody hold it, and waits for someone to take it (HELD, with the holder) or for
+        its entry.
+
+        This default polls `state` (`poll_interval`, paced by MAX_POLL_RATE per process;
+        each look is counted in stats()["lease_polls"]); backends that can be told block.
+        A free lease is looked at once, after one interval (its entry may have come: the
+        caller looks).
+        """
+        start = time.monotonic()
+        while True:
+            if free:
+                time.sleep(min(timeout, max(poll_interval(0.0), POLLS.reserve())))
+            current, ended, age, expires_in = self.state(name)
+            counters.add("lease_polls")
+            if current is None or free:
+                return Waited(ended if current is None else Wake.HELD, holder=current or "")
+            left = timeout - (time.monotonic() - start)
+            if left <= 0:
+                return Waited(Wake.HELD, holder=current)
+            age = time.monotonic() - start if age is None else age
+            interval = poll_interval(age)
+            if expires_in is not None:  # look again just as it would expire unrenewed
+                interval = min(interval, max(POLL_MIN, expires_in))
+            time.sleep(min(left, max(interval, POLLS.reserve())))
+
+    def expire(self, name: str, holder: str) -> None:
+        """End the holder's lease as if it had expired (its holder is gone: the next
+        acquire is a takeover). The default releases it."""
+        self.release(name, holder)
+
+    def notify(self, name: str) -> None:  # noqa: B027 - tables that do not block need none
+        """The entry `name` was stored: wake the waits blocked here on its lease."""
+
+    def report_wait(  # noqa: B027
+        self, name: str, loaded: bool, seconds: float, wake_seconds: float
+    ) -> None:
         """A wait on this lease is over (for a server's figures); never raises."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
@@ -103,47 +209,107 @@ class LeaseTable(abc.ABC):
 
 
 class MemoryLeases(LeaseTable):
-    """Leases in this process's memory, with expiry (the table of one server)."""
+    """Leases in this process's memory, with expiry (the table of one server).
+
+    `wait` blocks on a condition that release, expiry and `notify` (an entry stored:
+    the server calls it) wake."""
 
     def __init__(self) -> None:
-        self._leases: dict[str, tuple[str, float]] = {}  # name -> (holder, expiry, monotonic)
-        self._lock = threading.Lock()
+        self._leases: dict[str, tuple[str, float, float]] = {}  # name -> (holder, expiry, since)
+        self._changed = threading.Condition()
+        self._notices: dict[str, list[int]] = {}  # name -> [entries stored, waiters], waited on
         self._next_sweep = time.monotonic() + _FORGET_AFTER
 
     def acquire(self, name: str, holder: str, ttl: float) -> Grant:
         check_name(name)
         now = time.monotonic()
-        with self._lock:
+        with self._changed:
             current = self._leases.get(name)
             taken_over = False
-            if current is not None and current[0] != holder:
-                if current[1] >= now:
-                    return Grant(False, holder=current[0])
-                taken_over = True
-            self._leases[name] = (holder, now + clamp_ttl(ttl))
+            since = now
+            if current is not None:
+                if current[0] != holder:
+                    if current[1] >= now:
+                        return Grant(False, holder=current[0])
+                    taken_over = True
+                else:
+                    since = current[2]
+            self._leases[name] = (holder, now + clamp_ttl(ttl), since)
             self._sweep(now)
+            self._changed.notify_all()  # readers waiting for a holder to come
         return Grant(True, taken_over=taken_over, holder=holder)
 
     def renew(self, name: str, holder: str, ttl: float) -> bool:
         now = time.monotonic()
-        with self._lock:
+        with self._changed:
             current = self._leases.get(name)
-            if current is None or current[0] != holder:
+            if current is None or current[0] != holder or current[1] < now:
                 return False
-            self._leases[name] = (holder, now + clamp_ttl(ttl))
+            self._leases[name] = (holder, now + clamp_ttl(ttl), current[2])
             return True
 
     def release(self, name: str, holder: str) -> None:
-        with self._lock:
+        with self._changed:
             current = self._leases.get(name)
             if current is not None and current[0] == holder:
                 del self._leases[name]
+                self._changed.notify_all()
+
+    def expire(self, name: str, holder: str) -> None:
+        with self._changed:
+            current = self._leases.get(name)
+            if current is not None and current[0] == holder:
+                self._leases[name] = (holder, time.monotonic() - 1e-3, current[2])
+                self._changed.notify_all()
 
     def holder(self, name: str) -> str | None:
+        return self.state(name)[0]
+
+    def state(self, name: str) -> LeaseState:
         now = time.monotonic()
-        with self._lock:
+        with self._changed:
             current = self._leases.get(name)
-        return current[0] if current is not None and current[1] >= now else None
+        if current is None:
+            return LeaseState(None, Wake.RELEASED)
+        if current[1] < now:
+            return LeaseState(None, Wake.ABANDONED)
+        return LeaseState(current[0], Wake.HELD, now - current[2], current[1] - now)
+
+    def notify(self, name: str) -> None:
+        """The entry `name` was stored: wake its waiters."""
+        with self._changed:
+            if name in self._notices:
+                self._notices[name][0] += 1
+                self._changed.notify_all()
+
+    def wait(self, name: str, timeout: float, free: bool = False) -> Waited:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            notices = self._notices.setdefault(name, [0, 0])  # [stored notices, waiters]
+            seen = notices[0]
+            notices[1] += 1
+            try:
+                while True:
+                    if notices[0] != seen:
+                        return Waited(Wake.STORED, pushed=True)
+                    current = self._leases.get(name)
+                    now = time.monotonic()
+                    live = current is not None and current[1] >= now
+                    if free and live:
+                        return Waited(Wake.HELD, pushed=True, holder=current[0])  # taken
+                    if not free and not live:
+                        ended = Wake.RELEASED if current is None else Wake.ABANDONED
+                        return Waited(ended, pushed=True)
+                    if now >= deadline:
+                        if live:
+                            return Waited(Wake.HELD, holder=current[0])
+                        return Waited(Wake.RELEASED if current is None else Wake.ABANDONED)
+                    until = deadline if free else min(deadline, current[1])
+                    self._changed.wait(until - now + 1e-3)
+            finally:
+                notices[1] -= 1
+                if not notices[1]:
+                    del self._notices[name]
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -153,125 +319,8 @@ class MemoryLeases(LeaseTable):
         if now < self._next_sweep:
             return
         self._next_sweep = now + _FORGET_AFTER
-        for name in [n for n, (_, exp) in self._leases.items() if exp < now - _FORGET_AFTER]:
+        for name in [n for n, (_, exp, _) in self._leases.items() if exp < now - _FORGET_AFTER]:
             del self._leases[name]
-
-
-class DirLeases(LeaseTable):
-    """Leases among processes sharing a cache directory: `leases/<key>.lock`, flock'ed.
-
-    The holder keeps the lock file open and locked; the kernel releases the lock when
-    the holder exits or dies, so liveness needs no expiry (`ttl` is not used). A holder
-    writes its id into the file; a file found with an id in it but no lock belonged to
-    a holder that died (released leases are removed), so acquiring it is a takeover.
-    `holder` tests the lock with a shared, non-blocking flock on a read-only descriptor:
-    it writes nothing (readers on a read-only mount may call it).
-    """
-
-    def __init__(self, root: str | os.PathLike) -> None:
-        self.dir = Path(root) / "leases"
-        self._held: dict[tuple[str, str], int] = {}  # (name, holder) -> locked fd
-        self._lock = threading.Lock()
-
-    def _path(self, name: str) -> Path:
-        return self.dir / f"{check_name(name)}.lock"
-
-    def acquire(self, name: str, holder: str, ttl: float) -> Grant:
-        path = self._path(name)
-        with self._lock:
-            if (name, holder) in self._held:
-                return Grant(True, holder=holder)
-        for _ in range(8):  # a lease released between our open and our lock: open again
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            except FileNotFoundError:
-                self.dir.mkdir(exist_ok=True)
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                current = _read_record(fd).get("holder", "")
-                os.close(fd)
-                return Grant(False, holder=current)
-            except BaseException:
-                os.close(fd)
-                raise
-            if not _is_file_at(fd, path):
-                os.close(fd)
-                continue
-            previous = _read_record(fd).get("holder", "")
-            record = {"holder": holder, "pid": os.getpid(), "host": _HOST, "since": time.time()}
-            try:
-                data = json.dumps(record).encode()
-                os.ftruncate(fd, 0)
-                os.pwrite(fd, data, 0)
-            except BaseException:
-                os.close(fd)
-                raise
-            with self._lock:
-                self._held[(name, holder)] = fd
-            return Grant(True, taken_over=bool(previous) and previous != holder, holder=holder)
-        return Grant(False)
-
-    def renew(self, name: str, holder: str, ttl: float) -> bool:
-        with self._lock:
-            return (name, holder) in self._held  # a held flock cannot be lost
-
-    def release(self, name: str, holder: str) -> None:
-        with self._lock:
-            fd = self._held.pop((name, holder), None)
-        if fd is None:
-            return
-        try:
-            path = self._path(name)
-            if _is_file_at(fd, path):  # removed while still locked: nobody inherits it
-                path.unlink(missing_ok=True)
-        finally:
-            os.close(fd)
-
-    def holder(self, name: str) -> str | None:
-        try:
-            fd = os.open(self._path(name), os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return _read_record(fd).get("holder") or "unknown"
-            return None  # no live holder: a dead one's file, or one being released
-        finally:
-            os.close(fd)  # drops our shared lock
-
-    def close(self) -> None:
-        with self._lock:
-            held = list(self._held)
-        for name, holder in held:  # only a store closed mid-compile gets here
-            with contextlib.suppress(OSError):
-                self.release(name, holder)
-
-
-def _read_record(fd: int) -> dict:
-    try:
-        data = os.pread(fd, 4096, 0)
-        record = json.loads(data) if data else {}
-    except (OSError, ValueError):
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
-def _is_file_at(fd: int, path: Path) -> bool:
-    """Whether the open file is still the one at `path` (not unlinked or replaced)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return False
-    mine = os.fstat(fd)
-    return (st.st_ino, st.st_dev) == (mine.st_ino, mine.st_dev)
-
-
-# How a waiter polls for a holder's entry: 50 ms growing x1.5 to 500 ms, with jitter.
-WAIT_BACKOFF = Backoff(initial=0.05, maximum=0.5, multiplier=1.5)
 
 
 class HeldLease:

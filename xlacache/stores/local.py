@@ -36,6 +36,7 @@ from xlacache.errors import (
 )
 from xlacache.key import is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.dir_leases import DirLeases
 from xlacache.stores.files import (
     ENTRY_SUFFIX,
     MARKER,
@@ -46,7 +47,6 @@ from xlacache.stores.files import (
     verify_file,
 )
 from xlacache.stores.index import Index, Limits, move_aside
-from xlacache.stores.leases import DirLeases
 
 __all__ = ["ENTRY_SUFFIX", "MARKER", "STALE_TEMP_SECONDS", "LocalStore", "info_from_header"]
 

@@ -9,7 +9,7 @@ training job one deadline, not one per compile. Entries are verified end to end 
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,10 +31,15 @@ from xlacache.errors import (
 from xlacache.key import is_valid_key
 from xlacache.protocol import CHUNK_SIZE, DEFAULT_PORT, fields_of, method_path, misses, status, wire
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
-from xlacache.stores.leases import Grant, LeaseTable
+from xlacache.stores.jobs import JobLog, check_job
+from xlacache.stores.remote_leases import GrpcLeases
 from xlacache.stores.resilience import CircuitBreaker
 
 MESSAGE_LIMIT = 8 * 1024 * 1024
+TOUCH_EVERY = 1.0  # seconds between Touch calls (uses of prefetched entries)
+MAX_TOUCHES = 10_000  # keys waiting to be sent; more are dropped (figures only)
+
+log = logging.getLogger("xlacache.remote")
 
 Code = grpc.StatusCode
 # Codes that say the server (or our access to it) is unwell: they count against the
@@ -125,6 +130,11 @@ class GrpcStore(Store):
             request_serializer=pb.GetRequest.SerializeToString,
             response_deserializer=None,
         )
+        self._leases: GrpcLeases | None = None
+        self._touches: set[str] = set()  # used keys not yet sent (record_hit)
+        self._touch_lock = threading.Lock()
+        self._toucher: threading.Thread | None = None
+        self._closed = threading.Event()
         self._put_raw = self._channel.stream_unary(
             method_path("Put"),
             request_serializer=None,
@@ -134,8 +144,15 @@ class GrpcStore(Store):
     # -- Store interface -------------------------------------------------------------
 
     def get(self, key: str) -> bytes | None:
+        return self._get_verified(key, peek=False)
+
+    def peek(self, key: str) -> bytes | None:
+        """`get` without the server counting a use (`record_hit` counts it later)."""
+        return self._get_verified(key, peek=True)
+
+    def _get_verified(self, key: str, peek: bool) -> bytes | None:
         _check_key(key)
-        blob = self._call(lambda: self._get(key))
+        blob = self._call(lambda: self._get(key, peek))
         if blob is None:
             return None
         try:
@@ -146,10 +163,11 @@ class GrpcStore(Store):
             raise
         return blob
 
-    def _get(self, key: str) -> bytes | None:
+    def _get(self, key: str, peek: bool = False) -> bytes | None:
         call = self._get_raw(
-            pb.GetRequest(key=key), timeout=self.transfer_timeout, metadata=self._metadata
-        )
+            pb.GetRequest(key=key, peek=peek), timeout=self.transfer_timeout,
+            metadata=self._metadata,
+        )  # fmt: skip
         # A server that accepts connections but never answers costs `timeout`, not the
         # whole transfer deadline: the first message must come within it.
         watchdog = threading.Timer(self.timeout, call.cancel)
@@ -309,10 +327,50 @@ class GrpcStore(Store):
         return [misses.to_record(m) for m in reply.misses]
 
     def leases(self) -> GrpcLeases:
-        """The server's leases (the Lease and LeaseWait RPCs)."""
-        return GrpcLeases(self)
+        """The server's leases (the Lease, LeaseHold and LeaseWait RPCs), one table per
+        store (it keeps the calls that bind held leases to this process)."""
+        with self._touch_lock:
+            if self._leases is None:
+                self._leases = GrpcLeases(self)
+            return self._leases
+
+    def jobs(self) -> GrpcJobs:
+        """The server's job manifests (the JobKeys and RecordJob RPCs)."""
+        return GrpcJobs(self)
+
+    def record_hit(self, key: str) -> None:
+        """Count a use of an entry read with `peek`: sent with others (Touch) within a
+        second, from a background thread; dropped if the server cannot take it."""
+        _check_key(key)
+        with self._touch_lock:
+            if len(self._touches) >= MAX_TOUCHES:
+                return
+            self._touches.add(key)
+            if self._toucher is None:
+                self._toucher = threading.Thread(
+                    target=self._touch_loop, name="xlacache-touch", daemon=True
+                )
+                self._toucher.start()
+
+    def _touch_loop(self) -> None:
+        while not self._closed.wait(TOUCH_EVERY):
+            self._send_touches()
+
+    def _send_touches(self) -> None:
+        with self._touch_lock:
+            keys, self._touches = sorted(self._touches), set()
+        if keys:
+            request = pb.TouchRequest(keys=keys)
+            try:
+                self._call(lambda: self._unary(self._stub.Touch, request))
+            except CacheError as exc:
+                log.debug("touch of %d entries failed: %s", len(keys), exc)
 
     def close(self) -> None:
+        self._closed.set()
+        self._send_touches()
+        if self._leases is not None:
+            self._leases.close()
         self._channel.close()
 
     # -- plumbing ---------------------------------------------------------------------
@@ -353,35 +411,19 @@ def _info(message: pb.EntryInfo) -> EntryInfo:
     return EntryInfo(**fields_of(message))
 
 
-class GrpcLeases(LeaseTable):
-    """A server's lease table, through the Lease (write) and LeaseWait (read) RPCs."""
+class GrpcJobs(JobLog):
+    """A server's job manifests (`xlacache.stores.jobs`)."""
 
     def __init__(self, store: GrpcStore) -> None:
         self.store = store
 
-    def acquire(self, name: str, holder: str, ttl: float) -> Grant:
-        reply = self._lease(name, holder, pb.LeaseRequest.ACQUIRE, ttl)
-        return Grant(reply.granted, taken_over=reply.taken_over, holder=reply.holder)
+    def keys(self, job: str, limit: int) -> list[str]:
+        request = pb.JobKeysRequest(job=check_job(job), limit=max(0, limit))
+        store = self.store
+        return list(store._call(lambda: store._unary(store._stub.JobKeys, request)).keys)
 
-    def renew(self, name: str, holder: str, ttl: float) -> bool:
-        return self._lease(name, holder, pb.LeaseRequest.RENEW, ttl).granted
-
-    def release(self, name: str, holder: str) -> None:
-        self._lease(name, holder, pb.LeaseRequest.RELEASE, 0.0)
-
-    def holder(self, name: str) -> str | None:
-        _check_key(name)
-        request = pb.LeaseWaitRequest(key=name)
-        reply = self.store._call(lambda: self.store._unary(self.store._stub.LeaseWait, request))
-        return reply.holder or None
-
-    def report_wait(self, name: str, loaded: bool, seconds: float) -> None:
-        request = pb.LeaseWaitRequest(key=name, done=True, loaded=loaded, waited_seconds=seconds)
-        with contextlib.suppress(CacheError):  # figures only
-            self.store._call(lambda: self.store._unary(self.store._stub.LeaseWait, request))
-
-    def _lease(self, name: str, holder: str, action, ttl: float) -> pb.LeaseResponse:
+    def record(self, job: str, run: str, keys: list[str]) -> None:
         self.store._writable()
-        _check_key(name)
-        request = pb.LeaseRequest(key=name, holder=holder, action=action, ttl_seconds=ttl)
-        return self.store._call(lambda: self.store._unary(self.store._stub.Lease, request))
+        request = pb.RecordJobRequest(job=check_job(job), run=run, keys=keys)
+        store = self.store
+        store._call(lambda: store._unary(store._stub.RecordJob, request))

@@ -27,6 +27,7 @@ from xlacache.errors import (
     kind_of,
 )
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.jobs import JobLog
 from xlacache.stores.leases import LeaseTable
 
 log = logging.getLogger("xlacache.tiered")
@@ -170,6 +171,10 @@ class TieredStore(Store):
             counters.record_error(kind_of(exc), exc)
             table = None
         return table if table is not None else self.local.leases()
+
+    def jobs(self) -> JobLog | None:
+        """The remote's job manifests (what a job's workers share)."""
+        return self.remote.jobs()
 
     def delete(self, key: str) -> bool:
         """Delete locally; on the remote too where our token may (admin)."""

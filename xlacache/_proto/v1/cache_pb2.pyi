@@ -28,10 +28,12 @@ class EntryInfo(_message.Message):
     def __init__(self, key: _Optional[str] = ..., size: _Optional[int] = ..., payload_size: _Optional[int] = ..., created: _Optional[float] = ..., last_used: _Optional[float] = ..., hits: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., label: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("key",)
+    __slots__ = ("key", "peek")
     KEY_FIELD_NUMBER: _ClassVar[int]
+    PEEK_FIELD_NUMBER: _ClassVar[int]
     key: str
-    def __init__(self, key: _Optional[str] = ...) -> None: ...
+    peek: bool
+    def __init__(self, key: _Optional[str] = ..., peek: _Optional[bool] = ...) -> None: ...
 
 class GetResponse(_message.Message):
     __slots__ = ("found", "size", "data")
@@ -295,29 +297,89 @@ class LeaseRequest(_message.Message):
     def __init__(self, key: _Optional[str] = ..., holder: _Optional[str] = ..., action: _Optional[_Union[LeaseRequest.Action, str]] = ..., ttl_seconds: _Optional[float] = ...) -> None: ...
 
 class LeaseResponse(_message.Message):
-    __slots__ = ("granted", "taken_over", "holder")
+    __slots__ = ("granted", "taken_over", "holder", "rebind")
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     TAKEN_OVER_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
+    REBIND_FIELD_NUMBER: _ClassVar[int]
     granted: bool
     taken_over: bool
     holder: str
-    def __init__(self, granted: _Optional[bool] = ..., taken_over: _Optional[bool] = ..., holder: _Optional[str] = ...) -> None: ...
+    rebind: bool
+    def __init__(self, granted: _Optional[bool] = ..., taken_over: _Optional[bool] = ..., holder: _Optional[str] = ..., rebind: _Optional[bool] = ...) -> None: ...
 
 class LeaseWaitRequest(_message.Message):
-    __slots__ = ("key", "done", "loaded", "waited_seconds")
+    __slots__ = ("key", "done", "loaded", "waited_seconds", "wait_seconds", "wake_seconds", "free")
     KEY_FIELD_NUMBER: _ClassVar[int]
     DONE_FIELD_NUMBER: _ClassVar[int]
     LOADED_FIELD_NUMBER: _ClassVar[int]
     WAITED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WAKE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
     key: str
     done: bool
     loaded: bool
     waited_seconds: float
-    def __init__(self, key: _Optional[str] = ..., done: _Optional[bool] = ..., loaded: _Optional[bool] = ..., waited_seconds: _Optional[float] = ...) -> None: ...
+    wait_seconds: float
+    wake_seconds: float
+    free: bool
+    def __init__(self, key: _Optional[str] = ..., done: _Optional[bool] = ..., loaded: _Optional[bool] = ..., waited_seconds: _Optional[float] = ..., wait_seconds: _Optional[float] = ..., wake_seconds: _Optional[float] = ..., free: _Optional[bool] = ...) -> None: ...
 
 class LeaseWaitResponse(_message.Message):
-    __slots__ = ("holder",)
+    __slots__ = ("holder", "wake", "waited")
+    class Wake(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        HELD: _ClassVar[LeaseWaitResponse.Wake]
+        STORED: _ClassVar[LeaseWaitResponse.Wake]
+        RELEASED: _ClassVar[LeaseWaitResponse.Wake]
+        ABANDONED: _ClassVar[LeaseWaitResponse.Wake]
+    HELD: LeaseWaitResponse.Wake
+    STORED: LeaseWaitResponse.Wake
+    RELEASED: LeaseWaitResponse.Wake
+    ABANDONED: LeaseWaitResponse.Wake
     HOLDER_FIELD_NUMBER: _ClassVar[int]
+    WAKE_FIELD_NUMBER: _ClassVar[int]
+    WAITED_FIELD_NUMBER: _ClassVar[int]
     holder: str
-    def __init__(self, holder: _Optional[str] = ...) -> None: ...
+    wake: LeaseWaitResponse.Wake
+    waited: bool
+    def __init__(self, holder: _Optional[str] = ..., wake: _Optional[_Union[LeaseWaitResponse.Wake, str]] = ..., waited: _Optional[bool] = ...) -> None: ...
+
+class TouchRequest(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TouchResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class JobKeysRequest(_message.Message):
+    __slots__ = ("job", "limit")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    limit: int
+    def __init__(self, job: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class JobKeysResponse(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RecordJobRequest(_message.Message):
+    __slots__ = ("job", "run", "keys")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    run: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job: _Optional[str] = ..., run: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RecordJobResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -99,10 +99,30 @@ class CacheStub:
                 request_serializer=xlacache_dot_v1_dot_cache__pb2.LeaseRequest.SerializeToString,
                 response_deserializer=xlacache_dot_v1_dot_cache__pb2.LeaseResponse.FromString,
                 _registered_method=True)
+        self.LeaseHold = channel.unary_stream(
+                '/xlacache.v1.Cache/LeaseHold',
+                request_serializer=xlacache_dot_v1_dot_cache__pb2.LeaseRequest.SerializeToString,
+                response_deserializer=xlacache_dot_v1_dot_cache__pb2.LeaseResponse.FromString,
+                _registered_method=True)
         self.LeaseWait = channel.unary_unary(
                 '/xlacache.v1.Cache/LeaseWait',
                 request_serializer=xlacache_dot_v1_dot_cache__pb2.LeaseWaitRequest.SerializeToString,
                 response_deserializer=xlacache_dot_v1_dot_cache__pb2.LeaseWaitResponse.FromString,
+                _registered_method=True)
+        self.Touch = channel.unary_unary(
+                '/xlacache.v1.Cache/Touch',
+                request_serializer=xlacache_dot_v1_dot_cache__pb2.TouchRequest.SerializeToString,
+                response_deserializer=xlacache_dot_v1_dot_cache__pb2.TouchResponse.FromString,
+                _registered_method=True)
+        self.JobKeys = channel.unary_unary(
+                '/xlacache.v1.Cache/JobKeys',
+                request_serializer=xlacache_dot_v1_dot_cache__pb2.JobKeysRequest.SerializeToString,
+                response_deserializer=xlacache_dot_v1_dot_cache__pb2.JobKeysResponse.FromString,
+                _registered_method=True)
+        self.RecordJob = channel.unary_unary(
+                '/xlacache.v1.Cache/RecordJob',
+                request_serializer=xlacache_dot_v1_dot_cache__pb2.RecordJobRequest.SerializeToString,
+                response_deserializer=xlacache_dot_v1_dot_cache__pb2.RecordJobResponse.FromString,
                 _registered_method=True)
 
 
@@ -201,9 +221,46 @@ class CacheServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LeaseHold(self, request, context):
+        """An ACQUIRE whose lease lives as long as this call: the first message answers it;
+        while granted, the server sends a heartbeat every few seconds and, should the
+        caller's connection break (its process died), expires the lease at once, so the next
+        acquire is a takeover. The holder still renews (Lease RENEW) within its ttl: a holder
+        that hangs but keeps its connection is outlasted by the ttl. A message with rebind
+        set ends the stream while the lease stays held: the holder opens another.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def LeaseWait(self, request, context):
-        """Who holds a key's lease, for a waiting client (readers may ask). A waiter whose
-        wait is over says so (done), for the server's figures.
+        """Who holds a key's lease, for a waiting client (readers may ask). With wait_seconds
+        the server answers as soon as the holder's entry is stored here or its lease ends
+        (released, expired, its holder gone), else when the time is up; with free, as soon
+        as someone takes the lease or its entry is stored. A waiter whose wait is over says
+        so (done), for the server's figures.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Touch(self, request, context):
+        """Entries a client used without a Get counting them (a prefetched entry, read with
+        GetRequest.peek, that a compile took): count them as hits.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def JobKeys(self, request, context):
+        """The keys a job used last time, newest run first (a new worker prefetches them).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordJob(self, request, context):
+        """Add keys one run of a job used to the job's manifest.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -277,10 +334,30 @@ def add_CacheServicer_to_server(servicer, server):
                     request_deserializer=xlacache_dot_v1_dot_cache__pb2.LeaseRequest.FromString,
                     response_serializer=xlacache_dot_v1_dot_cache__pb2.LeaseResponse.SerializeToString,
             ),
+            'LeaseHold': grpc.unary_stream_rpc_method_handler(
+                    servicer.LeaseHold,
+                    request_deserializer=xlacache_dot_v1_dot_cache__pb2.LeaseRequest.FromString,
+                    response_serializer=xlacache_dot_v1_dot_cache__pb2.LeaseResponse.SerializeToString,
+            ),
             'LeaseWait': grpc.unary_unary_rpc_method_handler(
                     servicer.LeaseWait,
                     request_deserializer=xlacache_dot_v1_dot_cache__pb2.LeaseWaitRequest.FromString,
                     response_serializer=xlacache_dot_v1_dot_cache__pb2.LeaseWaitResponse.SerializeToString,
+            ),
+            'Touch': grpc.unary_unary_rpc_method_handler(
+                    servicer.Touch,
+                    request_deserializer=xlacache_dot_v1_dot_cache__pb2.TouchRequest.FromString,
+                    response_serializer=xlacache_dot_v1_dot_cache__pb2.TouchResponse.SerializeToString,
+            ),
+            'JobKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.JobKeys,
+                    request_deserializer=xlacache_dot_v1_dot_cache__pb2.JobKeysRequest.FromString,
+                    response_serializer=xlacache_dot_v1_dot_cache__pb2.JobKeysResponse.SerializeToString,
+            ),
+            'RecordJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordJob,
+                    request_deserializer=xlacache_dot_v1_dot_cache__pb2.RecordJobRequest.FromString,
+                    response_serializer=xlacache_dot_v1_dot_cache__pb2.RecordJobResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -645,6 +722,33 @@ class Cache:
             _registered_method=True)
 
     @staticmethod
+    def LeaseHold(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/xlacache.v1.Cache/LeaseHold',
+            xlacache_dot_v1_dot_cache__pb2.LeaseRequest.SerializeToString,
+            xlacache_dot_v1_dot_cache__pb2.LeaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def LeaseWait(request,
             target,
             options=(),
@@ -661,6 +765,87 @@ class Cache:
             '/xlacache.v1.Cache/LeaseWait',
             xlacache_dot_v1_dot_cache__pb2.LeaseWaitRequest.SerializeToString,
             xlacache_dot_v1_dot_cache__pb2.LeaseWaitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Touch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xlacache.v1.Cache/Touch',
+            xlacache_dot_v1_dot_cache__pb2.TouchRequest.SerializeToString,
+            xlacache_dot_v1_dot_cache__pb2.TouchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def JobKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xlacache.v1.Cache/JobKeys',
+            xlacache_dot_v1_dot_cache__pb2.JobKeysRequest.SerializeToString,
+            xlacache_dot_v1_dot_cache__pb2.JobKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xlacache.v1.Cache/RecordJob',
+            xlacache_dot_v1_dot_cache__pb2.RecordJobRequest.SerializeToString,
+            xlacache_dot_v1_dot_cache__pb2.RecordJobResponse.FromString,
             options,
             channel_credentials,
             insecure,
