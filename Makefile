@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint proto bench clean
+.PHONY: venv demo test lint proto docs bench clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,9 @@ lint: venv
 
 proto: venv
 	$(PY) tools/protogen.py
+
+docs: venv
+	$(PY) tools/doctables.py
 
 bench: venv
 	$(PY) benchmarks/jax_gpt.py

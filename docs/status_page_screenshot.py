@@ -152,7 +152,7 @@ def main() -> None:
         try:
             play_traffic(f"grpc://127.0.0.1:{grpc_port}", options.seconds)
             time.sleep(1.5)  # buffered hits reach the index; a last sample is taken
-            page = f"http://127.0.0.1:{http_port}/"
+            page = f"http://ops:{TOKENS['ops']}@127.0.0.1:{http_port}/"  # basic auth: a token
             screenshot(page, Path(options.out))
             print(f"wrote {options.out} ({Path(options.out).stat().st_size // 1024} KiB)")
             if options.keep:

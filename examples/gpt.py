@@ -4,6 +4,7 @@ python examples/gpt.py                          # small, a few seconds
 python examples/gpt.py --layers 12 --d 512 --heads 8 --seq 128 --batch 4 --vocab 1024
 python examples/gpt.py --cache /tmp/xla_cache   # persistent compilation cache
 python examples/gpt.py --eager                  # plain PyTorch on CPU, for comparison
+python examples/gpt.py --json                   # every figure as one JSON line
 """
 
 from __future__ import annotations
@@ -161,7 +162,22 @@ def main() -> None:
     if args.json:
         print(json.dumps(result))
     else:
-        print(json.dumps({k: v for k, v in result.items() if k != "losses"}, indent=1))
+        print(summary(result))
+
+
+def summary(result: dict) -> str:
+    """The run in a few lines for people (--json prints every figure)."""
+    lines = [
+        f"{result['mode']}: final loss {result['loss']:.4f}; first step "
+        f"{result['first_step_s']:.2f} s, then {result['steady_step_s'] * 1000:.1f} ms a step; "
+        f"first step done {result['time_to_first_step_s']:.2f} s after start",
+    ]
+    if "compiles" in result:
+        lines.append(
+            f"compiled {result['compiles']} programs ({result['compile_s']:.2f} s), "
+            f"{result['persistent_hits']} loaded from the persistent cache"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ def test_readonly_cache_on_a_read_only_mount(tmp_path):
     rw = run(dst, prefix=prefix)
     assert rw["stats"]["hits"] == cold["stats"]["misses"]
     assert rw["stats"]["errors"] == {"permission": 1} and len(rw["warnings"]) == 1
+    assert "falling back to read-only" in rw["warnings"][0], rw["warnings"]
 
 
 def test_readonly_never_writes_new_programs(tmp_path):

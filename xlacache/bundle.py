@@ -90,7 +90,7 @@ def export_bundle(
     with _bundle_writer(bundle) as tar:
         for info in infos:
             try:
-                blob = store.get(info.key)
+                blob = store.peek(info.key)  # a copy, not a use
             except CorruptEntryError:
                 result.corrupt.append(info.key)
                 blob = None

@@ -22,7 +22,7 @@ from xlacache import counters, entry
 from xlacache.errors import CacheError, CorruptEntryError, kind_of
 from xlacache.flight import FAILED, Flight, Found, Landing, Lookup, SingleFlight, WriterWatch
 from xlacache.key import is_valid_key
-from xlacache.prefetch import Fetched, JobRecorder, Prefetcher
+from xlacache.prefetch import PREFETCH_MAX_BYTES, Fetched, JobRecorder, Prefetcher
 from xlacache.stores.base import Store
 from xlacache.stores.leases import LeaseTable
 
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from xlacache.signing import TrustedKeys
 
 T = TypeVar("T")
-
 __all__ = ["CompilationCache", "Compiled", "Outcome", "SingleFlight"]
 
 
@@ -357,7 +356,7 @@ class CompilationCache:
         load_entry: Callable[[entry.Entry], T],
         ready: Callable[[], bool],
         limit: int = 32,
-        max_bytes: int = 4 << 30,
+        max_bytes: int = PREFETCH_MAX_BYTES,
         patience: float = 600.0,
     ) -> threading.Thread:
         """Load the last run's executables in a background thread (`xlacache.prefetch`):

@@ -1,91 +1,43 @@
-"""Cache settings: from `initialize_cache` arguments, else from the environment.
+"""Client settings, declared once: `SETTINGS`, one row per setting.
 
-Environment variables (arguments win over them):
+A row names the setting, its kind (type and parser), default, environment variables,
+help and the page that documents it. Everything else is derived from the table:
+`initialize_cache`'s keyword arguments (its signature and the list in its docstring),
+`CacheConfig`'s fields, the parsing of the environment (`from_env`), the CLI's TLS
+options, and the settings table of the README (`tools/doctables.py`; a test fails when
+it is stale). A new client setting is one row here; the code that uses it reads
+`CacheConfig.<name>`.
 
-    XLACACHE_DIR                local cache directory (torch_xla: XLA_PERSISTENT_CACHE_PATH)
-    XLACACHE_READONLY           1/true: never write (torch_xla: XLA_PERSISTENT_CACHE_READ_ONLY)
-    XLACACHE_ROLE               writer or reader (default: rank 0 writes, other ranks read)
-    RANK, TPU_WORKER_ID, CLOUD_TPU_TASK_ID   this process's rank, for the default role
-    XLACACHE_SINGLE_FLIGHT      0: every worker that misses compiles (default 1: one does)
-    XLACACHE_LEASE_TTL          a dead compiler's lease expires after this (default 30s)
-    XLACACHE_MAX_WAIT           longest wait for another worker's compile (default 30m)
-    XLACACHE_WRITER_GRACE       how long a reader waits for a writer to start compiling
-                                (default 10s for readers by rank or role, 0 for readonly;
-                                only in a store a writer has made)
-    XLACACHE_REMOTE             shared store URL: grpc://cache:7070 or gs://bucket/prefix
-    XLACACHE_TOKEN              bearer token for grpc:// (or XLACACHE_TOKEN_FILE); for gs://,
-                                gcsfs's token (a key file; unset: default credentials)
-    XLACACHE_MAX_SIZE           local size cap, e.g. 20GB (least recently used go first)
-    XLACACHE_MAX_AGE            drop local entries older than this, e.g. 30d
-    XLACACHE_MIN_COMPILE_SECONDS  store only executables that took at least this long
-    XLACACHE_PREFETCH           how many recently used executables to load ahead (0: off)
-    XLACACHE_JOB                this process's job name: a writer records what it used in
-                                the shared store, a new worker of the job prefetches it
-    XLACACHE_EXPLAIN            1: log why each miss missed and record it (xlacache explain)
-    XLACACHE_KEEP_HLO           1: keep the stripped module text in entries (HLO diffs)
-    XLACACHE_SIGNING_KEY        sign every entry written with this key (text or file)
-    XLACACHE_TRUSTED_KEYS       load only entries signed by one of these (comma-separated)
-    XLACACHE_TLS_CA, XLACACHE_TLS_CERT, XLACACHE_TLS_KEY   PEM files for grpcs:// remotes
-    XLACACHE_SERVE_<SETTING>    settings of `xlacache serve` (see xlacache.server.config)
+Arguments win over the environment. `role` and `readonly` are two spellings of one
+choice (`resolve_role`); without either, the rank decides (RANK, TPU_WORKER_ID or
+CLOUD_TPU_TASK_ID: rank 0 writes, the others read).
 
-This module is the only one that reads the environment.
+This module is where the client reads the environment: the settings' variables and the
+rank variables. `quiet_grpc_logging` sets GRPC_VERBOSITY's default before a gRPC client
+starts. Elsewhere, by design (docs/architecture.md lists them, a test checks the list):
+`jax_bridge` reads XLA_FLAGS and LIBTPU_INIT_ARGS (key inputs, not settings),
+`stores/gcs_objects` STORAGE_EMULATOR_HOST (and defaults GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT),
+the lazy runtime its own (torch_xla's XLA_* and XLACACHE_LAZY_*, the launcher's RANK,
+MASTER_ADDR, ...), and the server its XLACACHE_SERVE_* (`xlacache.server.config`).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from xlacache.errors import ConfigError
 from xlacache.units import parse_duration, parse_size
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
-ENV_TOKEN = "XLACACHE_TOKEN"
-ENV_TOKEN_FILE = "XLACACHE_TOKEN_FILE"
-ENV_TLS = {
-    "tls_ca": "XLACACHE_TLS_CA",
-    "tls_cert": "XLACACHE_TLS_CERT",
-    "tls_key": "XLACACHE_TLS_KEY",
-}
-SERVE_PREFIX = "XLACACHE_SERVE_"
 ROLES = ("writer", "reader")
 RANK_VARIABLES = ("RANK", "TPU_WORKER_ID", "CLOUD_TPU_TASK_ID")
-DEFAULT_LEASE_TTL = 30.0
-DEFAULT_MAX_WAIT = 1800.0
 DEFAULT_WRITER_GRACE = 10.0
-
-
-@dataclass(frozen=True)
-class CacheConfig:
-    path: str
-    readonly: bool = False  # the reader role: nothing is written anywhere
-    role: str = "writer"  # "writer" or "reader" (readonly), as resolve_role decided
-    role_origin: str = "default"  # what decided it (an argument, the environment, a rank)
-    remote: str | None = None
-    token: str | None = None
-    max_size: int | None = None
-    max_age: float | None = None
-    min_compile_seconds: float = 0.0
-    prefetch: int = 32
-    job: str | None = None  # the job's name in the shared store's manifests (prefetch)
-    explain: bool = False
-    keep_hlo: bool = False
-    signing_key: str | None = None  # key text or file (xlacache.signing)
-    trusted_keys: tuple[str, ...] | None = None  # key texts or files
-    single_flight: bool = True  # workers missing one key at once compile it once
-    lease_ttl: float = DEFAULT_LEASE_TTL
-    max_wait: float = DEFAULT_MAX_WAIT
-    writer_grace: float = 0.0
-
-    def describe(self) -> str:
-        shown = {f.name: getattr(self, f.name) for f in fields(self)}
-        for secret in ("token", "signing_key", "trusted_keys"):
-            if shown[secret]:
-                shown[secret] = "***"
-        return ", ".join(f"{k}={v!r}" for k, v in shown.items() if v not in (None, False))
 
 
 def parse_bool(value: str | bool, name: str = "value") -> bool:
@@ -100,6 +52,158 @@ def parse_bool(value: str | bool, name: str = "value") -> bool:
     raise ConfigError(f"{name}={value!r} is not a boolean (use 1 or 0)")
 
 
+def split_list(value: str | os.PathLike | Iterable[str | os.PathLike]) -> tuple[str, ...]:
+    """Items of a comma-separated string or of a list, stripped, empty ones dropped."""
+    items = os.fspath(value).split(",") if isinstance(value, (str, os.PathLike)) else value
+    return tuple(text for item in items if (text := os.fspath(item).strip()))
+
+
+def _whole(value: Any, name: str) -> int:
+    try:
+        return int(str(value).strip()) if not isinstance(value, int) else value
+    except ValueError:
+        raise ConfigError(f"{name}={value!r} is not a whole number") from None
+
+
+def _duration(value: Any, name: str) -> float:
+    seconds = parse_duration(value)
+    if not seconds >= 0:
+        raise ConfigError(f"{name} must be a duration of 0 or more")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of setting: what `initialize_cache` accepts, what the setting holds, and the
+    parser that turns either (or an environment variable's text) into the latter."""
+
+    name: str  # as the docs show it
+    accepts: Any  # the argument's annotation
+    holds: Any  # the CacheConfig field's annotation
+    parse: Callable[[Any, str], Any]  # (value, setting or variable name) -> value
+
+
+TEXT = Kind("text", str | None, str | None, lambda v, n: str(v))
+PATH = Kind("path", str | os.PathLike | None, str, lambda v, n: os.fspath(v))
+FILE = Kind("file", str | os.PathLike | None, str | None, lambda v, n: os.fspath(v))
+BOOL = Kind("bool", bool | None, bool, parse_bool)
+COUNT = Kind("count", int | None, int, _whole)
+SIZE = Kind("size", int | str | None, int | None, lambda v, n: parse_size(v))
+DURATION = Kind("duration", float | str | None, float, _duration)
+FILES = Kind(
+    "list",
+    str | os.PathLike | Iterable[str | os.PathLike] | None,
+    tuple[str, ...] | None,
+    lambda v, n: split_list(v),
+)
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str  # initialize_cache's argument and CacheConfig's field
+    kind: Kind
+    default: Any
+    env: tuple[str, ...]  # environment variables, the first one set wins
+    help: str
+    doc: str  # the page that documents it
+    secret: bool = False  # never shown (CacheConfig.describe)
+    env_file: str | None = None  # a variable naming a file that holds the value
+    option: str | None = None  # the command-line option, where not --name (serve's flags)
+
+    def variables(self) -> tuple[str, ...]:
+        return self.env + ((self.env_file,) if self.env_file else ())
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("path", PATH, None, ("XLACACHE_DIR", "XLA_PERSISTENT_CACHE_PATH"),
+            "this process's local cache directory (required)", "README.md"),
+    Setting("readonly", BOOL, False, ("XLACACHE_READONLY", "XLA_PERSISTENT_CACHE_READ_ONLY"),
+            "never write anything (the reader role); works on read-only mounts", "README.md"),
+    Setting("role", TEXT, None, ("XLACACHE_ROLE",),
+            "writer or reader; default: rank 0 writes, other ranks read, no rank writes",
+            "docs/pods.md"),
+    Setting("remote", TEXT, None, ("XLACACHE_REMOTE",),
+            "shared store: grpc://host:7070 (grpcs:// with TLS) or gs://bucket/prefix",
+            "README.md"),
+    Setting("token", TEXT, None, ("XLACACHE_TOKEN",),
+            "bearer token for grpc:// (XLACACHE_TOKEN_FILE: a file holding it); for gs://, "
+            "gcsfs's token", "README.md", secret=True, env_file="XLACACHE_TOKEN_FILE"),
+    Setting("tls_ca", FILE, None, ("XLACACHE_TLS_CA",),
+            "CA certificate (PEM) that signed a grpcs:// server's certificate, if not a CA "
+            "the system trusts", "docs/trust.md"),
+    Setting("tls_cert", FILE, None, ("XLACACHE_TLS_CERT",),
+            "client certificate (PEM) for a grpcs:// server that asks for one (mutual TLS)",
+            "docs/trust.md"),
+    Setting("tls_key", FILE, None, ("XLACACHE_TLS_KEY",),
+            "the client certificate's private key (PEM)", "docs/trust.md"),
+    Setting("max_size", SIZE, None, ("XLACACHE_MAX_SIZE",),
+            "local size cap, e.g. 20GB (least recently used go first)", "README.md"),
+    Setting("max_age", DURATION, None, ("XLACACHE_MAX_AGE",),
+            "drop local entries older than this, e.g. 30d", "README.md"),
+    Setting("min_compile_seconds", DURATION, 0.0, ("XLACACHE_MIN_COMPILE_SECONDS",),
+            "store only executables that took at least this long to compile", "README.md"),
+    Setting("prefetch", COUNT, 32, ("XLACACHE_PREFETCH",),
+            "how many recently used executables to load ahead at start-up (0: off)",
+            "README.md"),
+    Setting("job", TEXT, None, ("XLACACHE_JOB",),
+            "this process's job name (1-128 of A-Z a-z 0-9 . _ -): a writer records what it "
+            "used in the shared store, a new worker of the job prefetches it", "docs/pods.md"),
+    Setting("explain", BOOL, False, ("XLACACHE_EXPLAIN",),
+            "log why each miss missed and record it (xlacache explain)",
+            "docs/why-recompile.md"),
+    Setting("keep_hlo", BOOL, False, ("XLACACHE_KEEP_HLO",),
+            "keep the stripped module text in entries (HLO diffs)", "docs/why-recompile.md"),
+    Setting("signing_key", FILE, None, ("XLACACHE_SIGNING_KEY",),
+            "sign every entry written with this key (key text or file)", "docs/trust.md",
+            secret=True),
+    Setting("trusted_keys", FILES, None, ("XLACACHE_TRUSTED_KEYS",),
+            "load only entries signed by one of these keys (comma-separated texts or files)",
+            "docs/trust.md", secret=True),
+    Setting("single_flight", BOOL, True, ("XLACACHE_SINGLE_FLIGHT",),
+            "workers that miss one program at once compile it once (0: each compiles)",
+            "docs/pods.md"),
+    Setting("lease_ttl", DURATION, 30.0, ("XLACACHE_LEASE_TTL",),
+            "a dead compiler's lease expires after this", "docs/pods.md"),
+    Setting("max_wait", DURATION, 1800.0, ("XLACACHE_MAX_WAIT",),
+            "longest wait for another worker's compile", "docs/pods.md"),
+    Setting("writer_grace", DURATION, None, ("XLACACHE_WRITER_GRACE",),
+            "how long a reader waits for a writer to start compiling a program (default "
+            "10s for readers by rank or role, 0 for readonly)", "docs/pods.md"),
+)  # fmt: skip
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def _describe(self) -> str:
+    """The settings, secrets hidden, unset and false ones left out (for messages)."""
+    shown = {f.name: getattr(self, f.name) for f in fields(self)}
+    for name, value in shown.items():
+        if name in BY_NAME and BY_NAME[name].secret and value:
+            shown[name] = "***"
+    return ", ".join(f"{k}={v!r}" for k, v in shown.items() if v not in (None, False))
+
+
+_RESOLVED = {"path": "", "role": "writer"}  # always set once resolved (resolve_role)
+
+
+def _field(setting: Setting):
+    if setting.name in _RESOLVED:
+        return setting.name, str, field(default=_RESOLVED[setting.name])
+    holds = setting.kind.holds
+    return setting.name, holds if setting.default is not None else holds | None, setting.default
+
+
+CacheConfig = make_dataclass(
+    "CacheConfig",
+    [*(_field(s) for s in SETTINGS), ("role_origin", str, field(default="default"))],
+    frozen=True,
+    namespace={"describe": _describe, "__module__": __name__},
+)
+CacheConfig.__doc__ = (
+    "The resolved settings of this process's cache: one field per row of SETTINGS, plus "
+    "`role_origin` (what decided the role)."
+)
+
+
 def _first(env: Mapping[str, str], *names: str) -> tuple[str, str] | None:
     for name in names:
         if env.get(name):
@@ -107,61 +211,46 @@ def _first(env: Mapping[str, str], *names: str) -> tuple[str, str] | None:
     return None
 
 
-def split_list(value: str | os.PathLike | Iterable[str | os.PathLike]) -> tuple[str, ...]:
-    """Items of a comma-separated string or of a list, stripped, empty ones dropped."""
-    items = os.fspath(value).split(",") if isinstance(value, (str, os.PathLike)) else value
-    return tuple(text for item in items if (text := os.fspath(item).strip()))
+def env_value(name: str, env: Mapping[str, str] = os.environ) -> Any:
+    """One setting as the environment gives it, parsed; None when unset."""
+    setting = BY_NAME[name]
+    if hit := _first(env, *setting.env):
+        return setting.kind.parse(hit[1], hit[0])
+    if setting.env_file and (path := env.get(setting.env_file)):
+        try:
+            text = Path(path).expanduser().read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"{setting.env_file}: cannot read {path}: {exc.strerror}") from None
+        return setting.kind.parse(text, setting.env_file) if text else None
+    return None
 
 
 def from_env(env: Mapping[str, str] = os.environ) -> dict:
-    """The settings the environment gives, as initialize_cache keyword arguments."""
-    found: dict = {}
-    if hit := _first(env, "XLACACHE_DIR", "XLA_PERSISTENT_CACHE_PATH"):
-        found["path"] = hit[1]
-    if hit := _first(env, "XLACACHE_READONLY", "XLA_PERSISTENT_CACHE_READ_ONLY"):
-        found["readonly"] = parse_bool(hit[1], hit[0])
-    if hit := _first(env, "XLACACHE_REMOTE"):
-        found["remote"] = hit[1]
-    if token := remote_token(env):
-        found["token"] = token
-    if hit := _first(env, "XLACACHE_MAX_SIZE"):
-        found["max_size"] = parse_size(hit[1])
-    if hit := _first(env, "XLACACHE_MAX_AGE"):
-        found["max_age"] = parse_duration(hit[1])
-    if hit := _first(env, "XLACACHE_MIN_COMPILE_SECONDS"):
-        found["min_compile_seconds"] = parse_duration(hit[1])
-    if hit := _first(env, "XLACACHE_PREFETCH"):
-        try:
-            found["prefetch"] = int(hit[1])
-        except ValueError:
-            raise ConfigError(f"XLACACHE_PREFETCH={hit[1]!r} is not a whole number") from None
-    if hit := _first(env, "XLACACHE_JOB"):
-        found["job"] = hit[1]
-    if hit := _first(env, "XLACACHE_EXPLAIN"):
-        found["explain"] = parse_bool(hit[1], hit[0])
-    if hit := _first(env, "XLACACHE_KEEP_HLO"):
-        found["keep_hlo"] = parse_bool(hit[1], hit[0])
-    if hit := _first(env, "XLACACHE_SIGNING_KEY"):
-        found["signing_key"] = hit[1]
-    if hit := _first(env, "XLACACHE_TRUSTED_KEYS"):
-        found["trusted_keys"] = split_list(hit[1])
-    if hit := _first(env, "XLACACHE_ROLE"):
-        found["role"] = hit[1]
-    if hit := _first(env, "XLACACHE_SINGLE_FLIGHT"):
-        found["single_flight"] = parse_bool(hit[1], hit[0])
-    for name in ("lease_ttl", "max_wait", "writer_grace"):
-        if hit := _first(env, f"XLACACHE_{name.upper()}"):
-            found[name] = parse_duration(hit[1])
-    return found
+    """The settings the environment gives, parsed, as initialize_cache keyword arguments."""
+    return {s.name: v for s in SETTINGS if (v := env_value(s.name, env)) is not None}
+
+
+def remote_token(env: Mapping[str, str] = os.environ) -> str | None:
+    """The bearer token for remote stores: XLACACHE_TOKEN, else the XLACACHE_TOKEN_FILE's."""
+    return env_value("token", env)
+
+
+def remote_tls_files(env: Mapping[str, str] = os.environ) -> dict[str, str | None]:
+    """PEM file paths for grpcs:// remotes by setting (tls_ca, tls_cert, tls_key)."""
+    return {name: env_value(name, env) for name in ("tls_ca", "tls_cert", "tls_key")}
+
+
+def quiet_grpc_logging(env: MutableMapping[str, str] = os.environ) -> None:
+    """Keep gRPC's core from logging to stderr (TLS handshake failures, reconnects): a
+    client's failures reach the user as one warning or error line instead. Takes effect
+    only before gRPC is first imported; a GRPC_VERBOSITY the user set wins."""
+    env.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 def env_rank(env: Mapping[str, str] = os.environ) -> tuple[int, str] | None:
     """(rank, variable) from RANK, TPU_WORKER_ID or CLOUD_TPU_TASK_ID, or None."""
     if hit := _first(env, *RANK_VARIABLES):
-        try:
-            rank = int(hit[1])
-        except ValueError:
-            raise ConfigError(f"{hit[0]}={hit[1]!r} is not a whole number") from None
+        rank = _whole(hit[1], hit[0])
         if rank < 0:
             raise ConfigError(f"{hit[0]}={hit[1]!r} is negative")
         return rank, hit[0]
@@ -197,25 +286,6 @@ def resolve_role(
     return ("writer" if number == 0 else "reader"), f"rank {number} ({source})"
 
 
-def remote_token(env: Mapping[str, str] = os.environ) -> str | None:
-    """The bearer token for remote stores: XLACACHE_TOKEN, else the XLACACHE_TOKEN_FILE's."""
-    if token := env.get(ENV_TOKEN):
-        return token
-    if path := env.get(ENV_TOKEN_FILE):
-        return Path(path).expanduser().read_text().strip() or None
-    return None
-
-
-def remote_tls_files(env: Mapping[str, str] = os.environ) -> dict[str, str | None]:
-    """PEM file paths for grpcs:// remotes by option name (tls_ca, tls_cert, tls_key)."""
-    return {option: env.get(name) or None for option, name in ENV_TLS.items()}
-
-
-def serve_env(env: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """`xlacache serve` settings from XLACACHE_SERVE_<NAME> variables, by lowercase name."""
-    return {k[len(SERVE_PREFIX) :].lower(): v for k, v in env.items() if k.startswith(SERVE_PREFIX)}
-
-
 def _writer_grace(role: str, origin: str) -> float:
     """How long a reader waits, by default, for a writer to start compiling a program.
 
@@ -236,21 +306,14 @@ def resolve(
     `rank`: (rank, where from) when the caller knows it (jax.process_index() of a running
     jax.distributed job); else RANK, TPU_WORKER_ID or CLOUD_TPU_TASK_ID (`resolve_role`).
     """
-    settings = from_env()
-    arguments = {k: v for k, v in overrides.items() if v is not None}
-    role, origin = resolve_role(arguments, settings, rank if rank is not None else env_rank())
-    for name in ("role", "readonly"):
-        settings.pop(name, None)
-        arguments.pop(name, None)
+    if unknown := set(overrides) - set(BY_NAME):
+        raise ConfigError(f"unknown cache settings: {', '.join(sorted(unknown))}")
+    arguments = {k: BY_NAME[k].kind.parse(v, k) for k, v in overrides.items() if v is not None}
     if path is not None:
-        settings["path"] = str(path)
+        arguments["path"] = os.fspath(path)
+    settings = from_env()
+    role, origin = resolve_role(arguments, settings, rank if rank is not None else env_rank())
     settings.update(arguments)
-    settings.update(role=role, role_origin=origin, readonly=role == "reader")
-    for name in ("lease_ttl", "max_wait", "writer_grace"):
-        if isinstance(settings.get(name), str):
-            settings[name] = parse_duration(settings[name])
-        if name in settings and not float(settings[name]) >= 0:
-            raise ConfigError(f"{name} must be a duration of 0 or more")
     if not settings.get("path"):
         raise ConfigError(
             "initialize_cache needs a path (argument, XLACACHE_DIR or XLA_PERSISTENT_CACHE_PATH)"
@@ -258,15 +321,29 @@ def resolve(
     settings["path"] = str(Path(settings["path"]).expanduser().absolute())
     if settings.get("writer_grace") is None:
         settings["writer_grace"] = _writer_grace(role, origin)
-    if isinstance(settings.get("max_size"), str):
-        settings["max_size"] = parse_size(settings["max_size"])
-    if isinstance(settings.get("max_age"), str):
-        settings["max_age"] = parse_duration(settings["max_age"])
-    if settings.get("signing_key") is not None:
-        settings["signing_key"] = os.fspath(settings["signing_key"])
-    if settings.get("trusted_keys") is not None:
-        settings["trusted_keys"] = split_list(settings["trusted_keys"])
-    known = {f.name for f in fields(CacheConfig)}
-    if unknown := set(settings) - known:
-        raise ConfigError(f"unknown cache settings: {', '.join(sorted(unknown))}")
-    return replace(CacheConfig(path=settings.pop("path")), **settings)
+    settings.update(role=role, role_origin=origin, readonly=role == "reader")
+    return replace(CacheConfig(), **settings)
+
+
+def signature() -> inspect.Signature:
+    """initialize_cache's signature: `path` and `readonly` first, the rest keyword-only."""
+    head = [BY_NAME["path"], BY_NAME["readonly"]]
+    params = [
+        inspect.Parameter(s.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                          annotation=s.kind.accepts)
+        for s in head
+    ] + [
+        inspect.Parameter(s.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                          annotation=s.kind.accepts)
+        for s in SETTINGS if s not in head
+    ]  # fmt: skip
+    return inspect.Signature(params, return_annotation=None)
+
+
+def argument_docs() -> str:
+    """The settings as initialize_cache's docstring lists them."""
+    lines = ["Settings (argument, environment, default: what):", ""]
+    for s in SETTINGS:
+        default = "" if s.default is None else f", default {s.default!r}"
+        lines.append(f"    {s.name} ({', '.join(s.variables())}{default}): {s.help}")
+    return "\n".join(lines)

@@ -22,29 +22,39 @@ _errors: Counter[str] = Counter()
 _miss_reasons: Counter[str] = Counter()
 _warned: set[str] = set()
 
-# The figures stats() always reports, so scripts can rely on the keys.
-FIELDS = (
-    "hits",
-    "misses",
-    "writes",
-    "remote_hits",
-    "prefetch_hits",
-    "uploads",
-    "uploads_dropped",
-    "bytes_read",
-    "bytes_written",
-    "compile_seconds",
-    "compile_seconds_saved",
-    "load_seconds",
-    "compiles_avoided",  # waits that ended loading another worker's entry (single-flight)
-    "wait_seconds",  # time spent waiting on other workers' compiles
-    "wake_seconds",  # from a holder's entry being created to its load here (those waits)
-    "lease_wakes",  # waits the store ended by telling us (the entry landed, the lease ended)
-    "lease_polls",  # looks at a lease a wait made on its own (a bucket; a busy server)
-    "leases_taken_over",  # leases taken from a holder that died or stalled
-    "wait_timeouts",  # waits that reached max_wait (then compiled here)
-    "coalesced_reads",  # requests that took an entry another read was fetching already
-)
+# Every figure stats() reports, always (zero until counted), with what it counts: the
+# README's table of them is checked against this one (tests/test_docs.py).
+FIELDS = {
+    "hits": "compile requests answered by the cache",
+    "misses": "compile requests the cache could not answer (then compiled)",
+    "writes": "entries stored",
+    "remote_hits": "hits that came from the shared store (server or bucket)",
+    "prefetch_hits": "hits that took an executable loaded ahead (prefetch)",
+    "uploads": "entries uploaded to the shared store in the background",
+    "uploads_dropped": "uploads given up (queue full, shared store refusing or down)",
+    "bytes_read": "entry bytes read for hits",
+    "bytes_written": "entry bytes stored",
+    "compile_seconds": "seconds spent compiling on misses",
+    "compile_seconds_saved": "compile seconds the hits' entries had cost",
+    "load_seconds": "seconds spent loading executables from entries",
+    "compiles_avoided": "waits that ended loading another worker's entry (single-flight)",
+    "wait_seconds": "seconds spent waiting on other workers' compiles",
+    "wake_seconds": "from a holder's entry being created to its load here (those waits)",
+    "lease_wakes": "waits the store ended by telling us (the entry landed, the lease ended)",
+    "lease_polls": "looks at a lease a wait made on its own (a bucket; a busy server)",
+    "leases_taken_over": "leases taken from a holder that died or stalled",
+    "wait_timeouts": "waits that reached max_wait (then compiled here)",
+    "coalesced_reads": "requests that took an entry another read was fetching already",
+    "alias_hits": "executables loaded by alias, without lowering (xlacache.executables)",
+    "alias_misses": "alias lookups that found nothing usable",
+    "alias_writes": "alias entries stored",
+    "miss_reports": "explained misses reported to the shared store",
+    "miss_reports_dropped": "explained misses not reported (rate limit, refused)",
+    "evictions": "local entries evicted by max_size or max_age",
+    "index_drift": "index rows added or dropped to match the entry files",
+    "gcs_retries": "Cloud Storage requests retried",
+    "gcs_touch_failures": "Cloud Storage use records (last_used, hits) that failed",
+}
 
 
 def add(name: str, amount: float = 1) -> None:
@@ -52,15 +62,17 @@ def add(name: str, amount: float = 1) -> None:
         _counters[name] += amount
 
 
-def record_error(kind: str, exc: BaseException | str) -> None:
-    """Count a cache failure of `kind` ('io', 'corrupt', 'remote', ...) and warn once."""
+def record_error(kind: str, exc: BaseException | str, message: str | None = None) -> None:
+    """Count a cache failure of `kind` ('io', 'corrupt', 'remote', ...) and warn once
+    (`message` says what happens instead, where the general words would mislead)."""
     with _lock:
         _errors[kind] += 1
         first = kind not in _warned
         _warned.add(kind)
     if first:
         warnings.warn(
-            f"xlacache: {kind} error ({exc}); training goes on, compiling where the cache "
+            message
+            or f"xlacache: {kind} error ({exc}); training goes on, compiling where the cache "
             f"cannot serve. Further {kind} errors are counted in xlacache.stats(), not shown.",
             CacheWarning,
             stacklevel=3,

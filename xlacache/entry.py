@@ -357,11 +357,6 @@ def _verified(view: memoryview, key: str | None, check_body: bool) -> tuple[Head
     return header, body
 
 
-def digest(blob: bytes | memoryview) -> str:
-    """SHA-256 of a whole encoded entry, as carried by remote transfers."""
-    return hashlib.sha256(blob).hexdigest()
-
-
 def _check_prelude(magic: bytes, version: int, size: int) -> None:
     if magic != MAGIC:
         raise CorruptEntryError("not an xlacache entry (bad magic)")

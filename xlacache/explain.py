@@ -31,8 +31,9 @@ from pathlib import Path
 from xlacache import counters, entry, misslog
 from xlacache.errors import PermissionDeniedError, ReadOnlyError, ServerBusyError
 from xlacache.key import COMPONENTS, Identity
-from xlacache.misslog import MAX_LOG_BYTES
+from xlacache.misslog import MAX_LOG_BYTES, Difference, MissRecord
 from xlacache.misslog import MISS_LOG as MISS_LOG  # re-exported: a cache directory's miss log
+from xlacache.rates import Rate, RateLimiter
 
 log = logging.getLogger("xlacache.explain")
 
@@ -256,22 +257,21 @@ class Explanation:
             head += f" (nearest {self.nearest[:12]}, {self.compared} compared)"
         return " ".join(head.split())
 
-    def to_record(self) -> dict:
-        return {
-            "time": self.time,
-            "key": self.key,
-            "label": self.label,
-            "reason": self.reason,
-            "note": self.note,
-            "differences": [
-                {"component": d.component, "details": list(d.details)} for d in self.differences
-            ],
-            "nearest": self.nearest,
-            "nearest_label": self.nearest_label,
-            "compared": self.compared,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-        }
+    def to_record(self) -> MissRecord:
+        """The miss as every store keeps it (`xlacache.misslog`)."""
+        return MissRecord(
+            time=self.time,
+            key=self.key,
+            label=self.label,
+            reason=self.reason,
+            note=self.note,
+            differences=tuple(Difference(d.component, d.details) for d in self.differences),
+            nearest=self.nearest,
+            nearest_label=self.nearest_label,
+            compared=self.compared,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+        )
 
 
 def explain(store, miss: Side, max_candidates: int = MAX_CANDIDATES) -> Explanation:
@@ -340,7 +340,7 @@ class Explainer:
         self.max_candidates = max_candidates
         self.max_log_bytes = max_log_bytes
         self.reporters = tuple(reporters)
-        self._report_limit = misslog.RateLimit(REPORTS_PER_SECOND, REPORT_BURST)
+        self._report_limit = RateLimiter(Rate(REPORTS_PER_SECOND, REPORT_BURST))
 
     def on_miss(self, identity: Identity) -> Explanation | None:
         """Explain, log, count and record a miss; never raises."""
@@ -351,7 +351,7 @@ class Explainer:
             return None
         counters.count_miss_reason(found.reason)
         log.warning("%s", found.line())
-        record = found.to_record()
+        record = found.to_record().to_dict()
         if self.log_path is not None:
             try:
                 misslog.append(self.log_path, record, self.max_log_bytes)
@@ -362,7 +362,7 @@ class Explainer:
         return found
 
     def _report(self, record: dict) -> None:
-        if not self._report_limit.take():
+        if not self._report_limit.allow():
             counters.add("miss_reports_dropped", len(self.reporters))
             return
         for store in self.reporters:
@@ -379,11 +379,6 @@ class Explainer:
                     self.reporters = tuple(r for r in self.reporters if r is not store)
             else:
                 counters.add("miss_reports")
-
-
-def record_miss(path: Path, found: Explanation, max_bytes: int = MAX_LOG_BYTES) -> None:
-    """Append one explained miss to a miss log file (see `xlacache.misslog`)."""
-    misslog.append(path, found.to_record(), max_bytes)
 
 
 def why(record: Mapping) -> str:

@@ -1,12 +1,14 @@
-"""Recorded misses: what a record holds, its bounds, and the JSON-lines file that keeps them.
+"""Recorded misses: the one record type (`MissRecord`), its bounds, and the JSON-lines
+file that keeps them.
 
-A record is what `explain.Explanation.to_record()` gives: ``time, key, label, reason,
-note, differences [{component, details}], nearest, nearest_label, compared, host,
-pid``, plus ``client`` (the reporting token's name) where a server received it. Every
-store keeps records its own way (`Store.report_miss`, `Store.recent_misses`), each
-bounded: a cache directory in `MISS_LOG` (cut to its newest half past 2 MiB), a server
-in a ring persisted to its store directory's `MISS_LOG`, a bucket as one small object
-per miss under ``misses/``. `bounded` is the one check of a record from elsewhere.
+`MissRecord` is the schema: `explain.Explanation.to_record()` makes one; a cache
+directory's `MISS_LOG` and a bucket's ``misses/`` objects hold its JSON (`to_dict`), the
+gRPC `MissRecord` message is converted from and to it (`protocol.misses`, which a test
+holds to the same fields), and `xlacache explain --json` prints its dicts. Every store
+keeps records its own way (`Store.report_miss`, `Store.recent_misses`), each bounded: a
+cache directory in `MISS_LOG` (cut to its newest half past 2 MiB), a server in a ring
+persisted to its store directory's `MISS_LOG`, a bucket as one small object per miss
+under ``misses/``. `bounded` is the one check of a record from elsewhere.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
-import time
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -26,8 +27,7 @@ MAX_LOG_BYTES = 2 << 20  # the log is cut to its newest half beyond this
 MAX_TEXT = 1000  # characters kept of any one string of a record
 MAX_DIFFERENCES = 16  # components a record may name
 MAX_DETAILS = 12  # readable details kept per component
-
-_TEXT_FIELDS = ("key", "label", "reason", "note", "nearest_label", "host", "client")
+MAX_COMPONENT = 64  # characters of a component's name
 
 
 def _text(value, limit: int = MAX_TEXT) -> str:
@@ -41,35 +41,82 @@ def _number(value, kind: type) -> int | float:
     return kind(value)
 
 
-def bounded(record: Mapping) -> dict:
-    """A record's known fields, typed and clipped (strings, differences, details).
+@dataclass(frozen=True)
+class Difference:
+    """One key component that differs from the nearest entry's, readably."""
 
-    ValueError when it is no record: not a mapping, or without a numeric `time` and
-    a `key`. What a record from another process or host may hold is exactly this.
-    """
-    if not isinstance(record, Mapping):
-        raise ValueError("a miss record is a JSON object")
-    when = record.get("time")
-    if isinstance(when, bool) or not isinstance(when, (int, float)) or not record.get("key"):
-        raise ValueError("a miss record needs a numeric time and a key")
-    out: dict = {name: _text(record.get(name)) for name in _TEXT_FIELDS}
-    out["time"] = float(when)
-    nearest = record.get("nearest")
-    out["nearest"] = _text(nearest) if nearest else None
-    out["compared"] = _number(record.get("compared"), int)
-    out["pid"] = _number(record.get("pid"), int)
-    differences = record.get("differences")
-    out["differences"] = [
-        {
-            "component": _text(d.get("component"), 64),
-            "details": [_text(x) for x in list(d.get("details") or [])[:MAX_DETAILS]],
-        }
-        for d in (differences if isinstance(differences, list) else [])[:MAX_DIFFERENCES]
-        if isinstance(d, Mapping)
-    ]
-    if not out["client"]:
-        del out["client"]
-    return out
+    component: str
+    details: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MissRecord:
+    """One explained miss, as every store keeps it and the protocol carries it."""
+
+    time: float  # unix time (a server stamps its own on receipt)
+    key: str
+    label: str = ""
+    reason: str = ""  # versions, devices, flags, options, new_program, unusable
+    note: str = ""
+    differences: tuple[Difference, ...] = ()
+    nearest: str | None = None  # key of the nearest stored entry
+    nearest_label: str = ""
+    compared: int = 0  # stored entries compared
+    host: str = ""
+    pid: int = 0
+    client: str = ""  # a server's: the reporting token's name
+
+    @classmethod
+    def from_mapping(cls, record: Mapping | MissRecord) -> MissRecord:
+        """A record's known fields, typed and clipped (strings, differences, details).
+
+        ValueError when it is no record: not a mapping, or without a numeric `time`
+        and a `key`. What a record from another process or host may hold is exactly this.
+        """
+        if isinstance(record, MissRecord):
+            record = record.to_dict()
+        if not isinstance(record, Mapping):
+            raise ValueError("a miss record is a JSON object")
+        when = record.get("time")
+        if isinstance(when, bool) or not isinstance(when, (int, float)) or not record.get("key"):
+            raise ValueError("a miss record needs a numeric time and a key")
+        differences = record.get("differences")
+        nearest = record.get("nearest")
+        return cls(
+            **{name: _text(record.get(name)) for name in _TEXTS},
+            time=float(when),
+            nearest=_text(nearest) if nearest else None,
+            compared=_number(record.get("compared"), int),
+            pid=_number(record.get("pid"), int),
+            differences=tuple(
+                Difference(
+                    _text(d.get("component"), MAX_COMPONENT),
+                    tuple(_text(x) for x in list(d.get("details") or [])[:MAX_DETAILS]),
+                )
+                for d in (differences if isinstance(differences, list) else [])[:MAX_DIFFERENCES]
+                if isinstance(d, Mapping)
+            ),
+        )
+
+    def to_dict(self) -> dict:
+        """The record as JSON holds it (`client` only where a server set it)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["differences"] = [
+            {"component": d.component, "details": list(d.details)} for d in self.differences
+        ]
+        if not self.client:
+            del out["client"]
+        return out
+
+
+_TEXTS = tuple(
+    f.name for f in fields(MissRecord) if f.type == "str"
+)  # key, label, reason, note, nearest_label, host, client
+
+
+def bounded(record: Mapping | MissRecord) -> dict:
+    """`MissRecord.from_mapping(record)` as a dict (ValueError when it is no record)."""
+    return MissRecord.from_mapping(record).to_dict()
 
 
 def encode(record: Mapping) -> str:
@@ -127,28 +174,3 @@ def read(path: str | os.PathLike, limit: int | None = None) -> list[dict]:
     except FileNotFoundError:
         return []
     return newest_first((r for line in text.splitlines() if (r := decode(line))), limit)
-
-
-# -- rate limits -------------------------------------------------------------------------
-
-
-class RateLimit:
-    """A token bucket: `take()` is True at most `burst` times at once and `rate` times a
-    second on average (for miss reports: clients send, servers accept, at most this)."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self.rate = rate
-        self.burst = burst
-        self._tokens = float(burst)
-        self._last = time.monotonic()
-        self._lock = threading.Lock()
-
-    def take(self) -> bool:
-        with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
-            self._last = now
-            if self._tokens < 1:
-                return False
-            self._tokens -= 1
-            return True

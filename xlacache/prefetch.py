@@ -25,14 +25,14 @@ from __future__ import annotations
 import atexit
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from xlacache import counters, entry
 from xlacache.errors import kind_of
-from xlacache.stores.base import Store
+from xlacache.stores.base import EntryInfo, Store
 from xlacache.stores.jobs import JobLog, new_run
 from xlacache.stores.local import LocalStore
 from xlacache.stores.tiered import TieredStore
@@ -45,6 +45,24 @@ T = TypeVar("T")
 DOWNLOADS = 8  # entries fetched from the shared store at once
 RECORD_EVERY = 2.0  # seconds between a writer's job manifest updates
 READY_POLL = 0.01
+PREFETCH_MAX_BYTES = 4 << 30  # payload bytes prefetch loads at most
+
+
+def prefetch_choice(
+    infos: Iterable[EntryInfo], limit: int, max_bytes: int = PREFETCH_MAX_BYTES
+) -> list[EntryInfo]:
+    """What prefetch loads from a store's listing (and `xlacache inspect --would-load`
+    shows): the `limit` most recently used executables (no alias entries), within
+    `max_bytes` of payload, in order of use (the oldest first)."""
+    recent = sorted(infos, key=lambda i: i.last_used, reverse=True)
+    recent = [i for i in recent if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
+    chosen, total = [], 0
+    for info in recent[:limit]:
+        total += info.payload_size
+        if total > max_bytes:
+            break
+        chosen.append(info)
+    return sorted(chosen, key=lambda i: i.last_used)
 
 
 @dataclass(frozen=True)
@@ -89,23 +107,14 @@ class Prefetcher:
     # -- planning ------------------------------------------------------------------------
 
     def recent_local(self, limit: int, max_bytes: int) -> list[str]:
-        """Keys of the local directory's last run: the most recently used (at most `limit`
-        and `max_bytes` of payload), in order of use."""
+        """Keys of the local directory's last run (`prefetch_choice`), in order of use."""
         if self.local is None:
             return []
         try:
-            infos = sorted(self.local.list(), key=lambda i: i.last_used, reverse=True)
+            return [i.key for i in prefetch_choice(self.local.list(), limit, max_bytes)]
         except Exception as exc:  # noqa: BLE001
             counters.record_error(kind_of(exc), exc)
             return []
-        infos = [i for i in infos if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
-        chosen, total = [], 0
-        for info in infos[:limit]:
-            total += info.payload_size
-            if total > max_bytes:
-                break
-            chosen.append(info)
-        return [i.key for i in sorted(chosen, key=lambda i: i.last_used)]
 
     def _job_keys(self, job: str, limit: int) -> list[str]:
         """The keys the shared store's manifest of `job` lists, not prefetched already."""

@@ -347,13 +347,17 @@ class SignReport:
     already: int = 0  # signed by this key already
     foreign: list[str] = field(default_factory=list)  # signed by another key, left alone
     corrupt: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)  # another writer's entry won a race
 
 
 def sign_store(store, signer: SigningKey, resign: bool = False) -> SignReport:
     """Sign every entry of `store` that `signer` has not signed (for migrating a cache).
 
     Entries signed by another key are left alone unless `resign`. Each entry is
-    verified, re-encoded with a signed header and the same body, and put back.
+    verified, re-encoded with a signed header and the same body, and put back. A store
+    whose entries are created once (a server, a bucket) keeps the old one on a put: it
+    is deleted first (which needs an admin token or objectAdmin there), and an entry
+    another writer stored in between is reported `unchanged`.
     """
     report = SignReport()
     own = TrustedKeys([signer.verify_key()])
@@ -369,12 +373,24 @@ def sign_store(store, signer: SigningKey, resign: bool = False) -> SignReport:
             if status == "foreign" and not resign:
                 report.foreign.append(info.key)
                 continue
-            blob = store.get(info.key)
+            blob = store.peek(info.key)  # re-signing is no use
             if blob is None:
                 continue
-            store.put(info.key, entry.sign(blob, signer))
+            signed = entry.sign(blob, signer)
+            store.put(info.key, signed)
+            if not _trusted(store, info.key, own):  # created once: still the old entry
+                store.delete(info.key)
+                store.put(info.key, signed)
+                if not _trusted(store, info.key, own):
+                    report.unchanged.append(info.key)
+                    continue
         except CorruptEntryError:
             report.corrupt.append(info.key)
             continue
         report.signed.append(info.key)
     return report
+
+
+def _trusted(store, key: str, keys: TrustedKeys) -> bool:
+    header = store.read_header(key)
+    return header is not None and keys.status(header) == "trusted"

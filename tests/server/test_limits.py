@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from xlacache.server.limits import ByteBudget, IdleMonitor, Rate, RateLimiter, Slots, Watchdog
+from xlacache.rates import Rate, RateLimiter
+from xlacache.server.limits import ByteBudget, IdleMonitor, Slots, Watchdog
 
 
 def test_a_holder_gives_back_everything_it_took():

@@ -17,13 +17,16 @@ from srvutil import READ_TOKEN, WRITE_TOKEN, start_server, write_tokens
 from tests.cli_helpers import run as run_cli
 from tests.conftest import JAX_PROGRAM, make_key, run_python
 from xlacache import counters, explain, misslog
+from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import (
     InvalidKeyError,
     InvalidRequestError,
+    RateLimitedError,
     ServerBusyError,
     UnauthenticatedError,
 )
 from xlacache.server import misses as server_misses
+from xlacache.server.service import MISS_REPORT_RATE
 from xlacache.stores.remote import GrpcStore
 
 pytestmark = pytest.mark.timeout(300)
@@ -59,27 +62,35 @@ def test_read_tokens_report_and_the_server_names_the_client(auth_server):
 
 def test_reports_are_size_bounded_and_rate_limited(server):
     store = GrpcStore(server.url, timeout=10)
+
+    def send_raw(**fields) -> None:  # what a client that bounds nothing may send
+        request = pb.ReportMissRequest(miss=pb.MissRecord(**{**record(1), **fields,
+                                                            "differences": []}))  # fmt: skip
+        store._call(lambda: store._unary(store._stub.ReportMiss, request))
+
     with pytest.raises(InvalidRequestError, match="at most"):
-        store.report_miss(record(1, note="x" * (server_misses.MAX_REPORT_BYTES + 1)))
+        send_raw(note="x" * (server_misses.MAX_REPORT_BYTES + 1))
     with pytest.raises(InvalidKeyError):
         store.report_miss(record(1, key="not-a-key"))
-    store.report_miss(record(1, note="y" * 50_000))  # under the request bound: clipped
+    send_raw(note="y" * 50_000)  # under the request bound: clipped by the server
     assert len(store.recent_misses(1)[0]["note"]) == misslog.MAX_TEXT
+    store.report_miss(record(1, note="z" * 50_000))  # a client clips its own reports
+    assert store.recent_misses(1)[0]["note"] == "z" * (misslog.MAX_TEXT - 3) + "..."
     # One client far past its burst: the server refuses some, and keeps what it took.
-    sent = server_misses.REPORT_BURST + 300
+    sent = MISS_REPORT_RATE.burst + 300
 
     def report(n: int) -> bool:
         try:
             store.report_miss(record(n))
-        except ServerBusyError:
+        except RateLimitedError:  # the gate's refusal, as for any method with a Rate
             return False
         return True
 
     with ThreadPoolExecutor(8) as pool:
         taken = sum(pool.map(report, range(100, 100 + sent)))
     assert 0 < taken < sent
-    assert len(store.recent_misses()) == taken + 1
-    assert store.server_stats().counters["miss_reports"] == taken + 1
+    assert len(store.recent_misses()) == taken + 2  # and the two kept above
+    assert store.server_stats().counters["miss_reports"] == taken + 2
 
 
 def test_the_ring_survives_a_restart_and_lives_in_the_store_directory(tmp_path):

@@ -33,8 +33,10 @@ CAP = 10_000_000
 
 
 def status_json(srv) -> dict:
+    """/status.json with a token, as a server with a token file wants it."""
     url = f"http://127.0.0.1:{srv.http_port}/status.json"
-    with urllib.request.urlopen(url, timeout=10) as reply:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {READ_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as reply:
         return json.loads(reply.read())
 
 
@@ -109,7 +111,7 @@ def test_status_json_counts_the_traffic(busy_server):
 
 
 def test_the_browser_renders_charts_and_the_numbers_of_status_json(busy_server, tmp_path):
-    url = f"http://127.0.0.1:{busy_server.http_port}/"
+    url = f"http://ops:{READ_TOKEN}@127.0.0.1:{busy_server.http_port}/"  # basic auth
     before = status_json(busy_server)
     dom = dump_dom(url)
     after = status_json(busy_server)

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
 
 import pytest
 from srvutil import make_entry, start_server
 
+from tests.conftest import JAX_PROGRAM, child_env, run_json, run_python
+from tests.docsutil import commands, section_block
 from xlacache.errors import StoreUnavailableError
 from xlacache.stores import open_store
 from xlacache.stores.resilience import CircuitBreaker
@@ -61,5 +65,50 @@ def test_mutual_tls(tmp_path):
         with pytest.raises(StoreUnavailableError):
             plain.contains(key)
         assert "mutual TLS" in srv.log_text()
+    finally:
+        srv.stop()
+
+
+def _cli(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "xlacache", *args],
+        capture_output=True, text=True, timeout=60, cwd=cwd, env=child_env(env),
+    )  # fmt: skip
+
+
+def test_the_private_ca_recipe_of_docs_trust(tmp_path):
+    """docs/trust.md's openssl recipe, run as written; a client trusts the CA through
+    --tls-ca, XLACACHE_TLS_CA or initialize_cache(tls_ca=), and one that does not gets
+    one line naming XLACACHE_TLS_CA, without gRPC's own handshake logging."""
+    recipe = section_block("docs/trust.md", "TLS with your own CA", "sh")
+    subprocess.run(["bash", "-e", "-c", recipe.text], cwd=tmp_path, check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    serve = commands(section_block("docs/trust.md", "TLS with your own CA", "sh", 1))[0]
+    tls_args = [str(tmp_path / a) if a.endswith((".pem", ".key")) else a
+                for a in serve[serve.index("--tls-cert") :]]  # fmt: skip
+    srv = start_server(tmp_path, *tls_args)
+    try:
+        url = f"grpcs://127.0.0.1:{srv.port}"
+        untrusted = _cli("stats", url, cwd=tmp_path)
+        assert untrusted.returncode == 1
+        lines = untrusted.stderr.strip().splitlines()
+        assert len(lines) == 1 and "XLACACHE_TLS_CA" in lines[0], untrusted.stderr
+        assert _cli("stats", url, "--tls-ca", "ca.pem", cwd=tmp_path).returncode == 0
+        by_env = _cli("stats", url, "--json", cwd=tmp_path, env={"XLACACHE_TLS_CA": "ca.pem"})
+        assert by_env.returncode == 0, by_env.stderr
+        assert by_env.stderr == ""
+
+        # A training process: trusted, it uploads; untrusted, one warning naming the setting.
+        ca = str(tmp_path / "ca.pem")
+        out = run_json(JAX_PROGRAM, str(tmp_path / "w1"), json.dumps({"remote": url, "tls_ca": ca}))
+        writes = out["stats"]["writes"]
+        assert out["warnings"] == [] and writes >= 1 and out["stats"]["uploads"] == writes
+        summary = json.loads(_cli("stats", url, "--json", "--tls-ca", ca).stdout)
+        assert summary["entries"] == writes
+        proc = run_python(JAX_PROGRAM, str(tmp_path / "w2"), json.dumps({"remote": url}))
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["stats"]["remote_hits"] == 0 and out["stats"]["errors"]
+        assert any("XLACACHE_TLS_CA" in w for w in out["warnings"]), out["warnings"]
+        assert "andshake" not in proc.stderr and "ssl_transport" not in proc.stderr, proc.stderr
     finally:
         srv.stop()

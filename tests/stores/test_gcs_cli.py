@@ -87,3 +87,10 @@ def test_without_gcsfs_a_gs_url_is_a_clear_error(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("xlacache: error:"), proc.stderr
     assert "pip install 'xlacache[gcs]'" in lines[0]
+
+
+def test_a_missing_bucket_is_named_as_such(gcs):
+    line = assert_one_line_error(run("stats", "gs://no-such-bucket-here/x"), 2)
+    assert "no such bucket 'no-such-bucket-here'" in line, line
+    line = assert_one_line_error(run("stats", gcs.url("never-written")), 2)
+    assert "not an xlacache cache" in line, line

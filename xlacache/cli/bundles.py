@@ -19,6 +19,7 @@ from xlacache.cli.common import (
     plural,
     print_json,
     progress,
+    remote_command,
     stdout,
 )
 from xlacache.entry import MAX_ENTRY_SIZE
@@ -127,5 +128,5 @@ def import_(
 
 def register(app: typer.Typer) -> None:
     """Add export and import to the app."""
-    app.command("export", cls=StoreCommand)(export)
-    app.command("import", cls=StoreCommand)(import_)
+    app.command("export", cls=StoreCommand)(remote_command(export))
+    app.command("import", cls=StoreCommand)(remote_command(import_))

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from xlacache import signing
+from xlacache import config, signing
 from xlacache.cli.common import (
     BadInput,
     JsonOpt,
@@ -26,10 +26,12 @@ from xlacache.cli.common import (
     plural,
     print_json,
     progress,
+    remote_command,
     stdout,
 )
 from xlacache.key import is_valid_key
-from xlacache.stores import PrunePolicy, Store
+from xlacache.prefetch import prefetch_choice
+from xlacache.stores import EntryInfo, PrunePolicy, Store
 from xlacache.stores.base import VerifyReport
 from xlacache.units import format_size, parse_duration, parse_size
 
@@ -45,6 +47,23 @@ def inspect_(
     limit: Annotated[
         int | None, typer.Option("--limit", "-n", min=1, help="Show at most N entries.")
     ] = None,
+    would_load: Annotated[
+        bool,
+        typer.Option(
+            "--would-load",
+            help="Only the entries a worker starting on this cache would prefetch, in the "
+            "order it loads them (see --prefetch).",
+        ),
+    ] = False,
+    prefetch: Annotated[
+        int | None,
+        typer.Option(
+            "--prefetch",
+            min=0,
+            help="With --would-load: the worker's prefetch setting (default: "
+            "$XLACACHE_PREFETCH, else 32).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
     token: TokenOpt = None,
 ) -> None:
@@ -55,10 +74,17 @@ def inspect_(
     ENTRY: {"key": 64 hex digits, "label": str, "size": bytes,
       "payload_size": bytes, "compile_seconds": float, "created": unix time,
       "last_used": unix time, "hits": int}
+
+    --would-load lists what a worker whose cache this is loads ahead at start-up
+    (prefetch: the most recently used executables, oldest use first); with --json
+      {"store": URL, "total": int, "prefetch": int, "bytes": int, "entries": [ENTRY, ...]}
     """
     with open_cache(path, readonly=True, token=token) as store:
         infos = sorted(store.list(), key=lambda i: (i.created, i.key), reverse=True)
         url = store.url
+    if would_load:
+        _print_would_load(url, infos, _prefetch_setting(prefetch), limit, as_json)
+        return
     shown = infos[:limit] if limit is not None else infos
     if as_json:
         print_json({"store": url, "total": len(infos), "entries": [i.to_dict() for i in shown]})
@@ -66,6 +92,29 @@ def inspect_(
     title = f"{url}: {plural(len(infos), 'entry')}"
     if len(shown) < len(infos):
         title += f", newest {len(shown)} shown"
+    stdout().print(entries_table(shown, title=title))
+
+
+def _prefetch_setting(given: int | None) -> int:
+    if given is not None:
+        return given
+    return config.from_env().get("prefetch", config.CacheConfig.prefetch)
+
+
+def _print_would_load(
+    url: str, infos: list[EntryInfo], prefetch: int, limit: int | None, as_json: bool
+) -> None:
+    chosen = prefetch_choice(infos, prefetch)
+    shown = chosen[:limit] if limit is not None else chosen
+    total = sum(i.payload_size for i in chosen)
+    if as_json:
+        print_json({"store": url, "total": len(infos), "prefetch": prefetch, "bytes": total,
+                    "entries": [i.to_dict() for i in shown]})  # fmt: skip
+        return
+    title = (
+        f"{url}: a worker with prefetch={prefetch} loads {plural(len(chosen), 'entry')} "
+        f"({format_size(total)} of executables) of {len(infos)}, in this order"
+    )
     stdout().print(entries_table(shown, title=title))
 
 
@@ -300,4 +349,4 @@ def register(app: typer.Typer) -> None:
         (verify, "verify"),
         (rm, "rm"),
     ):
-        app.command(name, cls=StoreCommand)(fn)
+        app.command(name, cls=StoreCommand)(remote_command(fn))

@@ -11,6 +11,9 @@ for operational failures (corrupt entries found, I/O errors, an unreachable serv
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
+import inspect
 import json
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -79,6 +82,9 @@ def exit_code(exc: BaseException) -> int:
 class OneLineGroup(TyperGroup):
     """The top-level app: an unknown command or option is one line too, not a box."""
 
+    def get_params(self, ctx):  # type: ignore[override]
+        return _plain_flags(super().get_params(ctx))
+
     def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[override]
         if not args:  # no arguments: the help, as no_args_is_help says
             return super().make_context(info_name, args, parent=parent, **extra)
@@ -94,6 +100,14 @@ class OneLineGroup(TyperGroup):
             raise _usage_error(exc, "xlacache") from None
 
 
+def _plain_flags(params: list) -> list:
+    """Flags (--json, --help) shown without a `<bool>` type in --help."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
 def _usage_error(exc: typer.TyperException, command: str) -> typer.Exit:
     """One line for a usage error ('no such option: --x (see 'xlacache stats --help')')."""
     text = (exc.format_message() if hasattr(exc, "format_message") else str(exc)).rstrip(".")
@@ -103,6 +117,9 @@ def _usage_error(exc: typer.TyperException, command: str) -> typer.Exit:
 
 class StoreCommand(TyperCommand):
     """A command whose usage errors and store failures end as one line on stderr."""
+
+    def get_params(self, ctx):  # type: ignore[override]
+        return _plain_flags(super().get_params(ctx))
 
     def make_context(self, info_name, args, parent=None, **extra):  # type: ignore[override]
         try:
@@ -119,6 +136,47 @@ class StoreCommand(TyperCommand):
             raise fail(str(exc), 1) from None
         except (CacheError, OSError, ValueError, NotImplementedError) as exc:
             raise fail(describe(exc), exit_code(exc)) from None
+
+
+TLS_OPTIONS = ("tls_ca", "tls_cert", "tls_key")  # settings (xlacache.config) as options
+_tls_files: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tls", default=None)
+
+
+def remote_command(fn: Callable) -> Callable:
+    """`fn` (a store command) with the TLS options of grpcs:// stores, --tls-ca, --tls-cert
+    and --tls-key, which `open_cache` passes on (defaults: their XLACACHE_TLS_* variables,
+    read by the store)."""
+    signature = inspect.signature(fn, eval_str=True)
+    extra = []
+    for name in TLS_OPTIONS:
+        setting = config.BY_NAME[name]
+        text = f"{setting.help[:1].upper()}{setting.help[1:]} (default ${setting.env[0]})."
+        option = typer.Option(f"--{name.replace('_', '-')}", metavar="PEM", help=text)
+        extra.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[str | None, option],
+            )  # fmt: skip
+        )
+
+    @functools.wraps(fn)
+    def command(*args, **kwargs):
+        files = {name: kwargs.pop(name) for name in TLS_OPTIONS}
+        reset = _tls_files.set({name: path for name, path in files.items() if path})
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _tls_files.reset(reset)
+
+    command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*signature.parameters.values(), *extra]
+    )
+    command.__annotations__ = {
+        p.name: p.annotation for p in command.__signature__.parameters.values()
+    }
+    return command
 
 
 # -- shared options and helpers --------------------------------------------------------
@@ -141,11 +199,14 @@ TokenOpt = Annotated[
 
 
 def open_cache(url: str, *, readonly: bool, token: str | None, create: bool = False) -> Store:
+    """The store `url` names; a server's with the command's token and TLS files."""
     options: dict[str, Any] = {}
     if is_remote_url(url):
+        config.quiet_grpc_logging()
         token = token if token is not None else config.remote_token()
         if token is not None:
             options["token"] = token
+        options.update(_tls_files.get() or {})
     return open_store(url, readonly=readonly, create=create, **options)
 
 

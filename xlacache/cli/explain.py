@@ -23,6 +23,7 @@ from xlacache.cli.common import (
     TokenOpt,
     open_cache,
     print_json,
+    remote_command,
     stdout,
     when,
 )
@@ -131,5 +132,5 @@ def diff(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("explain", cls=StoreCommand)(explain_)
-    app.command("diff", cls=StoreCommand)(diff)
+    app.command("explain", cls=StoreCommand)(remote_command(explain_))
+    app.command("diff", cls=StoreCommand)(remote_command(diff))

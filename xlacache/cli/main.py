@@ -8,8 +8,11 @@ its own with a `register(app)`, added here.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from xlacache._version import __version__
 from xlacache.cli import bundles, commands, explain, serve, trust
 from xlacache.cli.common import OneLineGroup
 
@@ -21,6 +24,26 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"xlacache {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Inspect, maintain and serve xlacache compilation caches."""
+
+
 commands.register(app)
 bundles.register(app)
 explain.register(app)

@@ -23,6 +23,7 @@ from xlacache.cli.common import (
     open_cache,
     plural,
     print_json,
+    remote_command,
     stdout,
 )
 
@@ -54,7 +55,10 @@ def sign(
 
     --json prints one object:
       {"store": URL, "key_id": str, "signed": [KEY, ...], "already": int,
-      "foreign": [KEY, ...], "corrupt": [KEY, ...]}
+      "foreign": [KEY, ...], "corrupt": [KEY, ...], "unchanged": [KEY, ...]}
+
+    A server (grpc://) or bucket (gs://) keeps an entry once stored: signing deletes
+    and stores it again, so it needs an admin token there (objectAdmin on a bucket).
     """
     signer = signing.load_signing_key(key)
     with open_cache(path, readonly=False, token=token) as store:
@@ -69,6 +73,7 @@ def sign(
                 "already": report.already,
                 "foreign": report.foreign,
                 "corrupt": report.corrupt,
+                "unchanged": report.unchanged,
             }
         )
     else:
@@ -81,6 +86,11 @@ def sign(
         )
     if report.corrupt:
         raise OperationFailed(f"skipped {plural(len(report.corrupt), 'corrupt entry')}")
+    if report.unchanged:
+        raise OperationFailed(
+            f"{plural(len(report.unchanged), 'entry')} stored by another writer meanwhile, "
+            "left unsigned (run sign again)"
+        )
 
 
 def keygen(
@@ -115,5 +125,5 @@ def keygen(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sign", cls=StoreCommand)(sign)
+    app.command("sign", cls=StoreCommand)(remote_command(sign))
     app.command("keygen", cls=StoreCommand)(keygen)

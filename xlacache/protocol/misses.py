@@ -1,35 +1,41 @@
-"""Miss records (xlacache.misslog's dicts) as `MissRecord` messages and back."""
+"""Miss records (`xlacache.misslog.MissRecord`) as `MissRecord` messages and back.
+
+The message has the dataclass's fields, by name (a test holds them equal); `nearest` is
+"" on the wire for none.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
 
 from xlacache._proto.v1 import cache_pb2 as pb
+from xlacache.misslog import Difference, MissRecord
 
-_SCALARS = ("time", "key", "label", "reason", "note", "nearest_label", "compared", "host",
-            "pid", "client")  # fmt: skip
+_SCALARS = tuple(f.name for f in fields(MissRecord) if f.name not in ("differences", "nearest"))
 
 
-def to_message(record: Mapping) -> pb.MissRecord:
-    """The message of a (bounded) record; a field of the wrong type is a ValueError."""
-    try:
-        message = pb.MissRecord(
-            **{name: record[name] for name in _SCALARS if record.get(name) is not None},
-            nearest=record.get("nearest") or "",
-        )
-        for diff in record.get("differences", ()):
-            message.differences.add(component=diff["component"], details=diff["details"])
-    except (TypeError, KeyError) as exc:
-        raise ValueError(f"not a miss record: {exc}") from None
-    return message
+def to_message(record: Mapping | MissRecord) -> pb.MissRecord:
+    """The message of a record (bounded first); no record: ValueError."""
+    record = MissRecord.from_mapping(record)
+    return pb.MissRecord(
+        **{name: getattr(record, name) for name in _SCALARS},
+        nearest=record.nearest or "",
+        differences=[
+            pb.MissDifference(component=d.component, details=d.details) for d in record.differences
+        ],
+    )
+
+
+def from_message(message: pb.MissRecord) -> MissRecord:
+    """The record a message carries (not yet bounded: `MissRecord.from_mapping` clips)."""
+    return MissRecord(
+        **{name: getattr(message, name) for name in _SCALARS},
+        nearest=message.nearest or None,
+        differences=tuple(Difference(d.component, tuple(d.details)) for d in message.differences),
+    )
 
 
 def to_record(message: pb.MissRecord) -> dict:
-    record = {name: getattr(message, name) for name in _SCALARS}
-    record["nearest"] = message.nearest or None
-    record["differences"] = [
-        {"component": d.component, "details": list(d.details)} for d in message.differences
-    ]
-    if not record["client"]:
-        del record["client"]
-    return record
+    """The record of a message, bounded, as JSON holds it."""
+    return MissRecord.from_mapping(from_message(message)).to_dict()

@@ -93,7 +93,9 @@ class CacheServer:
             if config.metrics_listen:
                 host, port = split_host_port(config.metrics_listen)
                 try:
-                    self.http = StatusServer(host, port, self.metrics.registry, self.status)
+                    self.http = StatusServer(
+                        host, port, self.metrics.registry, self.status, self.tokens
+                    )
                 except OSError as exc:
                     raise bind_failed(config.metrics_listen, "metrics", exc) from None
         except BaseException:
@@ -183,7 +185,10 @@ class CacheServer:
             )
         if self.http:
             host, _ = split_host_port(self.config.metrics_listen)
-            log.info("status page and metrics on http://%s:%d/", host, self.http.port)
+            log.info(
+                "status page and metrics on http://%s:%d/ (%s)", host, self.http.port,
+                "open" if self.tokens.open else "a token of the token file needed",
+            )  # fmt: skip
 
     def stop(self, grace: float | None = None) -> None:
         """Refuse new RPCs, let running ones finish for `grace` seconds, then close."""
@@ -232,9 +237,3 @@ def configure_logging(level: str) -> None:
         level=getattr(logging, level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-
-
-def serve(config: ServerConfig) -> None:
-    """Run the daemon in this process until SIGTERM."""
-    configure_logging(config.log_level)
-    CacheServer(config).serve_forever()

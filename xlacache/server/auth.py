@@ -9,12 +9,20 @@ a file that would not mean what it says)::
     admin  77de...   ops
     read   sha256:5e88...   hashed   # the token's SHA-256 instead of the token itself
 
-Roles nest: write can do what read can, admin what write can. With no token file the
-server is open: every caller is admin (only allowed on loopback unless --allow-open).
+Roles nest: write can do what read can, admin what write can; `metrics` may only see
+the status page and /metrics (a Prometheus scraper's token). A token has at least 16
+characters (`MIN_TOKEN_LENGTH`; `openssl rand -hex 32` makes a good one). With no token
+file the server is open: every caller is admin (only allowed on loopback unless
+--allow-open), and so is the status page.
+
+The HTTP side (`status_page`) takes the same tokens, as `Authorization: Bearer TOKEN` or
+HTTP basic auth with the token as the password (`http_principal`).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
 import hashlib
 from dataclasses import dataclass
@@ -23,8 +31,11 @@ from pathlib import Path
 from xlacache.entry import is_sha256_hex
 from xlacache.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 
+MIN_TOKEN_LENGTH = 16
+
 
 class Role(enum.IntEnum):
+    METRICS = 0  # the status page and /metrics only
     READ = 1
     WRITE = 2
     ADMIN = 3
@@ -34,7 +45,9 @@ class Role(enum.IntEnum):
         try:
             return cls[text.strip().upper()]
         except KeyError:
-            raise ConfigError(f"unknown role {text!r} (expected read, write or admin)") from None
+            raise ConfigError(
+                f"unknown role {text!r} (expected read, write, admin or metrics)"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -82,7 +95,10 @@ class TokenTable:
             where = f"{source}:{number}"
             if len(words) < 2:
                 raise ConfigError(f"{where}: expected ROLE TOKEN [NAME]")
-            role = Role.parse(words[0])
+            try:
+                role = Role.parse(words[0])
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
             token = words[1]
             if "#" in token:
                 raise ConfigError(f"{where}: a token may not contain '#'")
@@ -91,8 +107,10 @@ class TokenTable:
                 if not is_sha256_hex(digest):
                     raise ConfigError(f"{where}: sha256: needs 64 hex digits")
             else:
-                if len(token) < 16:
-                    raise ConfigError(f"{where}: tokens need at least 16 characters")
+                if len(token) < MIN_TOKEN_LENGTH:
+                    raise ConfigError(
+                        f"{where}: tokens need at least {MIN_TOKEN_LENGTH} characters"
+                    )
                 digest = token_digest(token)
             if digest in lines:
                 raise ConfigError(f"{where}: duplicate of the token on line {lines[digest]}")
@@ -121,6 +139,22 @@ class TokenTable:
         if principal is None:
             raise UnauthenticatedError("unknown token")
         return principal
+
+    def http_principal(self, authorization: str | None) -> Principal | None:
+        """Who an HTTP `Authorization` header names (`Bearer TOKEN`, or basic auth with
+        the token as the password; any user name), or None. Open server: anyone."""
+        if self.open:
+            return OPEN
+        scheme, _, value = (authorization or "").strip().partition(" ")
+        token = value.strip()
+        if scheme.lower() == "basic":
+            try:
+                token = base64.b64decode(token, validate=True).decode().partition(":")[2]
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+        elif scheme.lower() != "bearer":
+            return None
+        return self._by_digest.get(token_digest(token)) if token else None
 
     def authorize(self, metadata, needed: Role) -> Principal:
         return self.permit(self.authenticate(metadata), needed)

@@ -1,9 +1,12 @@
-"""Settings of `xlacache serve`: defaults < config file < environment < command line.
+"""Settings of `xlacache serve`, declared once: `SERVER_SETTINGS`, one row per setting.
 
-Every setting has one name used everywhere: `max_size` is `--max-size` on the command
-line, `max_size` in a config file (TOML, JSON, or YAML when PyYAML is installed) and
-`XLACACHE_SERVE_MAX_SIZE` in the environment. `XLACACHE_SERVE_CONFIG` names a config
-file when `--config` is not given.
+Every setting has one name used everywhere, derived from its row: `max_size` is
+`--max-size` on the command line (`cli/serve.py` builds its options from the table),
+`max_size` in a config file (TOML, JSON, or YAML when PyYAML is installed) and
+`XLACACHE_SERVE_MAX_SIZE` in the environment; `ServerConfig`'s fields and the table of
+deploy/README.md are derived too. Precedence: defaults < config file < environment <
+command line. `XLACACHE_SERVE_CONFIG` names a config file when `--config` is not given.
+This module is where the server reads the environment.
 """
 
 from __future__ import annotations
@@ -12,51 +15,104 @@ import ipaddress
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import make_dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from xlacache.config import SERVE_PREFIX, parse_bool, serve_env, split_list
+from xlacache.config import BOOL, COUNT, DURATION, FILE, SIZE, TEXT, Kind, Setting, split_list
 from xlacache.entry import MAX_ENTRY_SIZE
 from xlacache.errors import ConfigError
 from xlacache.protocol import DEFAULT_PORT
 from xlacache.signing import TrustedKeys, load_trusted_keys
 from xlacache.stores.durability import fsync_mode
-from xlacache.units import parse_duration, parse_size
+from xlacache.units import format_size
 
-ENV_PREFIX = SERVE_PREFIX  # XLACACHE_SERVE_<SETTING> for every setting
+ENV_PREFIX = "XLACACHE_SERVE_"  # XLACACHE_SERVE_<SETTING> for every setting
 DEFAULT_METRICS_PORT = 9090
 LOOPBACK_NAMES = {"localhost"}
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    store: str = ""  # a cache directory, or gs://bucket/prefix (then cache_dir is needed)
-    cache_dir: str | None = None  # local directory in front of a gs:// store
-    listen: str = f"127.0.0.1:{DEFAULT_PORT}"
-    max_size: int | None = None  # bytes; least recently used entries are evicted beyond it
-    max_entry_size: int = MAX_ENTRY_SIZE
-    metrics_listen: str | None = None  # host:port of the /metrics + status page listener
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_client_ca: str | None = None  # set: clients must present a certificate it signed
-    tokens: str | None = None  # token file; none: the server is open
-    # Key specs (texts or files, comma-separated): uploads must be signed by one of them.
-    require_signed_by: str | None = None
-    allow_open: bool = False  # serve without tokens on a non-loopback address
-    workers: int = 128  # Cache RPCs running at once, a thread each; more: RESOURCE_EXHAUSTED
-    max_streams: int = 256  # RPCs of any service at once, queued included (gRPC's own cap)
-    upload_memory: int = 4 * 1024**3  # bytes received by uploads in progress; more wait
-    request_timeout: float = 600.0  # seconds one RPC may run on the server
-    idle_timeout: float = 20.0  # seconds a Get or Put may go without a message (0: never)
-    shutdown_grace: float = 30.0  # seconds in-flight RPCs get after SIGTERM
-    reconcile_interval: float = 600.0  # seconds between index/entry-file reconciles (0: off)
-    chunk_size: int = 1024 * 1024
-    fsync: str = "off"  # always | background | off: see xlacache/stores/durability.py
-    direct_io: bool = False  # write uploads with O_DIRECT (not cached for readers)
-    log_level: str = "INFO"
-    sample_interval: float = 30.0  # seconds between the status page's history samples
+def _address(value: Any, name: str = "address") -> str:
+    """HOST:PORT as given; a bare PORT listens on loopback (127.0.0.1:PORT)."""
+    text = str(value).strip()
+    return f"127.0.0.1:{text}" if text.isdigit() else text
+
+
+ADDRESS = Kind("address", str | None, str, _address)
+KEYS = Kind("keys", str | None, str, lambda v, n: ",".join(split_list(v)))  # a file: a list
+FSYNC = Kind("always|background|off", str | None, str, lambda v, n: fsync_mode(v))
+
+
+def _serve(name: str, kind: Kind, default: Any, help: str, option: str | None = None) -> Setting:
+    env = (f"{ENV_PREFIX}{name.upper()}",)
+    return Setting(name, kind, default, env, help, "deploy/README.md", option=option)
+
+
+SERVER_SETTINGS: tuple[Setting, ...] = (
+    _serve("store", TEXT, "", "Cache directory to serve, or gs://BUCKET/PREFIX (with "
+           "--cache-dir): several replicas may serve one bucket."),
+    _serve("cache_dir", TEXT, None, "Local directory in front of a gs:// store "
+           "(read-through, write-through; --max-size bounds it)."),
+    _serve("listen", ADDRESS, f"127.0.0.1:{DEFAULT_PORT}",
+           "HOST:PORT for gRPC (PORT alone: loopback)."),
+    _serve("max_size", SIZE, None, "Evict least recently used entries beyond this (e.g. 50GB)."),
+    _serve("max_entry_size", SIZE, MAX_ENTRY_SIZE, "Largest entry accepted."),
+    _serve("metrics_listen", ADDRESS, None, "HOST:PORT (or PORT: loopback) for /metrics and "
+           "the status page; with --tokens they need a token (Bearer, or basic auth with the "
+           "token as password)."),
+    _serve("tls_cert", FILE, None, "Server certificate (PEM)."),
+    _serve("tls_key", FILE, None, "Server private key (PEM)."),
+    _serve("tls_client_ca", FILE, None, "Require client certificates signed by this CA (mTLS)."),
+    _serve("tokens", FILE, None, "Token file: lines of 'ROLE TOKEN [NAME]' "
+           "(read|write|admin|metrics; tokens of 16+ characters); none: the server is open."),
+    _serve("require_signed_by", KEYS, None, "Accept only uploads signed by one of these keys "
+           "(comma-separated key texts or files, as XLACACHE_TRUSTED_KEYS); others get "
+           "PERMISSION_DENIED."),
+    _serve("allow_open", BOOL, False, "Serve without tokens on a non-loopback address.",
+           option="--allow-open"),
+    _serve("workers", COUNT, 128, "Cache RPCs served at once, a thread each; more are refused "
+           "at once with RESOURCE_EXHAUSTED. Health checks have threads of their own."),
+    _serve("max_streams", COUNT, 256, "RPCs of any service in flight, queued included, before "
+           "gRPC itself refuses them (more than --workers)."),
+    _serve("upload_memory", SIZE, 4 * 1024**3,
+           "Bytes received by uploads in progress at once; more wait."),
+    _serve("request_timeout", DURATION, 600.0, "Longest one RPC may run."),
+    _serve("idle_timeout", DURATION, 20.0,
+           "Cancel a Get or Put that moves no message for this long (0: never)."),
+    _serve("shutdown_grace", DURATION, 30.0, "Time in-flight RPCs get on SIGTERM."),
+    _serve("reconcile_interval", DURATION, 600.0,
+           "How often to match the index to the entry files (0: never)."),
+    _serve("chunk_size", SIZE, 1024 * 1024, "Bytes of entry data per streamed message."),
+    _serve("fsync", FSYNC, "off", "When stored entries reach the disk: 'always' (fsync "
+           "before acknowledging), 'background' (fsynced within a second) or 'off' (the kernel "
+           "writes back within ~30 s; a graceful stop syncs). Reads verify every entry: a "
+           "machine crash costs recent entries, never bad data."),
+    _serve("direct_io", BOOL, False, "Write uploads with O_DIRECT, bypassing the page cache: "
+           "less CPU per stored byte, but an entry's first read comes from disk.",
+           option="--direct-io/--no-direct-io"),
+    _serve("log_level", TEXT, "INFO", "DEBUG, INFO, WARNING."),
+    _serve("sample_interval", DURATION, 30.0, "Status page history: one sample every."),
+)  # fmt: skip
+SERVER_BY_NAME = {s.name: s for s in SERVER_SETTINGS}
+
+
+def show_default(setting: Setting) -> str | None:
+    """A setting's default as --help and the docs show it (None: no default)."""
+    value = setting.default
+    if value in (None, ""):
+        return None
+    if setting.kind is SIZE:
+        return format_size(value).replace(" ", "").replace(".0", "")
+    if setting.kind is DURATION:
+        return f"{value:g}s"
+    if setting.kind is BOOL:
+        return "on" if value else "off"
+    return str(value)
+
+
+class _Checks:
+    """What ServerConfig checks once its fields are merged (the fields: SERVER_SETTINGS)."""
 
     def validate(self) -> ServerConfig:
         if not self.store:
@@ -82,21 +138,19 @@ class ServerConfig:
             value = getattr(self, name)
             if value and not Path(value).is_file():
                 raise ConfigError(f"{name.replace('_', '-')} file not found: {value}")
-        if not self.tokens and not self.allow_open and not is_loopback(self.listen):
-            raise ConfigError(
-                f"refusing to serve without tokens on {self.listen}, beyond loopback: "
-                "pass --tokens FILE, or --allow-open to serve an open cache on purpose"
-            )
+        for address, what in ((self.listen, "serve"), (self.metrics_listen, "show the status "
+                              "page and metrics")):  # fmt: skip
+            if address and not self.tokens and not self.allow_open and not is_loopback(address):
+                raise ConfigError(
+                    f"refusing to {what} without tokens on {address}, beyond loopback: pass "
+                    "--tokens FILE, or --allow-open to serve an open cache on purpose"
+                )
         if self.max_entry_size <= 0 or self.chunk_size <= 0 or self.workers <= 0:
             raise ConfigError("sizes and counts must be positive")
         if self.upload_memory < self.max_entry_size:
             raise ConfigError("upload_memory must be at least max_entry_size")
         if self.max_streams <= self.workers:
             raise ConfigError("max_streams must be more than workers (room for health checks)")
-        if self.idle_timeout < 0:
-            raise ConfigError("idle_timeout must not be negative")
-        if self.reconcile_interval < 0:
-            raise ConfigError("reconcile_interval must not be negative")
         if self.sample_interval <= 0:
             raise ConfigError("sample_interval must be positive")
         self.trusted_keys()  # readable keys, or ConfigError now rather than at the first upload
@@ -112,47 +166,37 @@ class ServerConfig:
             raise ConfigError(f"require_signed_by: {exc}") from None
 
 
-_CONVERTERS: dict[str, Any] = {
-    "max_size": parse_size,
-    "max_entry_size": parse_size,
-    "upload_memory": parse_size,
-    "chunk_size": parse_size,
-    "request_timeout": parse_duration,
-    "idle_timeout": parse_duration,
-    "shutdown_grace": parse_duration,
-    "reconcile_interval": parse_duration,
-    "sample_interval": parse_duration,
-    "require_signed_by": lambda v: ",".join(split_list(v)),  # a config file may give a list
-    "workers": int,
-    "max_streams": int,
-    "fsync": fsync_mode,
-}
+def _field(setting: Setting):
+    holds = setting.kind.holds
+    return setting.name, holds if setting.default is not None else holds | None, setting.default
 
 
-_BOOLEANS = {"allow_open", "direct_io"}
+ServerConfig = make_dataclass(
+    "ServerConfig",
+    [_field(s) for s in SERVER_SETTINGS],
+    bases=(_Checks,),
+    frozen=True,
+    namespace={"__module__": __name__},
+)
+ServerConfig.__doc__ = "The settings of one `xlacache serve`: a field per row of SERVER_SETTINGS."
 
 
 def _convert(name: str, value: Any) -> Any:
     if value is None:
         return None
     try:
-        if name in _BOOLEANS:
-            return parse_bool(value, name)
-        if name in _CONVERTERS:
-            return _CONVERTERS[name](value)
+        return SERVER_BY_NAME[name].kind.parse(value, name)
     except ConfigError as exc:
         raise ConfigError(f"{name}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"invalid {name}: {value!r}") from exc
-    return str(value)
 
 
 def _known(source: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(ServerConfig)}
     out = {}
     for raw_name, value in values.items():
         name = raw_name.replace("-", "_")
-        if name not in names:
+        if name not in SERVER_BY_NAME:
             raise ConfigError(f"unknown setting {raw_name!r} in {source}")
         out[name] = _convert(name, value)
     return out
@@ -186,11 +230,16 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     return _known(str(path), data)
 
 
+def serve_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """XLACACHE_SERVE_<NAME> variables by lowercase name (`config` included)."""
+    env = os.environ if env is None else env
+    return {k[len(ENV_PREFIX) :].lower(): v for k, v in env.items() if k.startswith(ENV_PREFIX)}
+
+
 def env_settings(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Settings from XLACACHE_SERVE_<NAME> variables (names that are no setting are ignored)."""
-    names = {f.name for f in fields(ServerConfig)}
-    found = serve_env() if env is None else serve_env(env)
-    return _known("the environment", {k: v for k, v in found.items() if k in names})
+    found = serve_env(env)
+    return _known("the environment", {k: v for k, v in found.items() if k in SERVER_BY_NAME})
 
 
 def load_config(
@@ -202,7 +251,7 @@ def load_config(
 
     `env` stands in for the process environment (tests).
     """
-    config_file = config_file or (serve_env() if env is None else serve_env(env)).get("config")
+    config_file = config_file or serve_env(env).get("config")
     merged: dict[str, Any] = {}
     if config_file:
         merged.update(read_config_file(config_file))

@@ -8,7 +8,6 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 
 class ByteBudget:
@@ -96,36 +95,6 @@ class Slots:
     def release(self) -> None:
         with self._lock:
             self._used -= 1
-
-
-@dataclass(frozen=True)
-class Rate:
-    """`per_second` calls on average, `burst` at once (a token bucket)."""
-
-    per_second: float
-    burst: int
-
-
-class RateLimiter:
-    """A token bucket per caller (e.g. per token name) for one kind of call."""
-
-    MAX_CALLERS = 10_000  # buckets kept; beyond, the fullest (idle) ones are forgotten
-
-    def __init__(self, rate: Rate) -> None:
-        self.rate = rate
-        self._buckets: dict[str, tuple[float, float]] = {}  # caller -> (tokens, at)
-        self._lock = threading.Lock()
-
-    def allow(self, caller: str) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            tokens, at = self._buckets.get(caller, (float(self.rate.burst), now))
-            tokens = min(float(self.rate.burst), tokens + (now - at) * self.rate.per_second)
-            allowed = tokens >= 1.0
-            self._buckets[caller] = (tokens - 1.0 if allowed else tokens, now)
-            if len(self._buckets) > self.MAX_CALLERS:
-                self._buckets.pop(next(iter(self._buckets)))
-            return allowed
 
 
 class IdleMonitor:

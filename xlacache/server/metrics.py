@@ -157,6 +157,12 @@ class ServerMetrics:
         self.add("hits")
         self.add("bytes_sent", size)
 
+    def peeked(self, size: int) -> None:
+        """An entry sent to a tool (GetRequest.peek): bytes sent, no hit."""
+        self.bytes_out.inc(size)
+        self.add("peeks")
+        self.add("bytes_sent", size)
+
     def miss(self) -> None:
         self.misses.inc()
         self.add("misses")

@@ -5,8 +5,9 @@ may: a report is no write to the cache). The server stamps the time it received 
 and the reporting token's name, keeps the newest RING_SIZE in memory and appends each
 to its store directory's miss log (`misslog.MISS_LOG`, itself capped), from which the
 ring is refilled when the server starts. Reports are size-bounded (MAX_REPORT_BYTES;
-longer texts are clipped) and rate-limited per token name (RESOURCE_EXHAUSTED
-beyond): a noisy client cannot flood the ring, the disk or the page.
+longer texts are clipped) and rate-limited per token name by the gate, as any method
+with a `Rate` (`service.MISS_REPORT_RATE`): a noisy client cannot flood the ring, the
+disk or the page.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import logging
 import threading
 import time
 from collections import Counter, deque
+from dataclasses import replace
 
-from xlacache import misslog
 from xlacache._proto.v1 import cache_pb2 as pb
-from xlacache.errors import InvalidRequestError, ServerBusyError
+from xlacache.errors import InvalidRequestError
+from xlacache.misslog import MissRecord
 from xlacache.protocol import misses
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.rpc import checked_key, current_client
@@ -28,8 +30,6 @@ log = logging.getLogger("xlacache.server")
 
 RING_SIZE = 1000  # misses kept in memory (and served)
 MAX_REPORT_BYTES = 64 * 1024  # one ReportMiss request
-REPORTS_PER_SECOND = 10.0  # per client (token name), on average
-REPORT_BURST = 200  # per client, at once
 
 
 class MissRing:
@@ -39,7 +39,6 @@ class MissRing:
         self.store = store
         self.metrics = metrics
         self._ring: deque[dict] = deque(reversed(store.recent_misses(size)), maxlen=size)
-        self._limits: dict[str, misslog.RateLimit] = {}
         self._lock = threading.Lock()
 
     # -- RPCs ------------------------------------------------------------------------------
@@ -47,14 +46,11 @@ class MissRing:
     def report(self, request: pb.ReportMissRequest, context) -> pb.ReportMissResponse:
         if request.ByteSize() > MAX_REPORT_BYTES:
             raise InvalidRequestError(f"a miss report holds at most {MAX_REPORT_BYTES} bytes")
-        client = current_client()
-        if not self._limit(client).take():
-            self.metrics.rejected.labels("miss_reports").inc()
-            raise ServerBusyError(f"too many miss reports from {client!r}; this one is dropped")
         checked_key(request.miss.key)
-        received = {**misses.to_record(request.miss), "time": time.time(), "client": client}
+        received = replace(misses.from_message(request.miss), time=time.time(),
+                           client=current_client())  # fmt: skip
         try:
-            record = misslog.bounded(received)
+            record = MissRecord.from_mapping(received).to_dict()
         except ValueError as exc:
             raise InvalidRequestError(f"malformed miss report: {exc}") from None
         with self._lock:
@@ -86,10 +82,3 @@ class MissRing:
         with self._lock:
             counts = Counter(r["reason"] for r in self._ring)
         return dict(counts.most_common())
-
-    def _limit(self, client: str) -> misslog.RateLimit:
-        with self._lock:  # names come from the token file: the dict stays small
-            limit = self._limits.get(client)
-            if limit is None:
-                limit = self._limits[client] = misslog.RateLimit(REPORTS_PER_SECOND, REPORT_BURST)
-            return limit

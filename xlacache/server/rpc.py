@@ -39,8 +39,9 @@ from xlacache.errors import (
 )
 from xlacache.key import is_valid_key
 from xlacache.protocol import status
+from xlacache.rates import RateLimiter
 from xlacache.server.auth import Principal, Role, TokenTable
-from xlacache.server.limits import IdleMonitor, Progress, RateLimiter, Slots, Watchdog
+from xlacache.server.limits import IdleMonitor, Progress, Slots, Watchdog
 from xlacache.server.metrics import ServerMetrics
 
 log = logging.getLogger("xlacache.server")
@@ -111,9 +112,12 @@ class Gate:
         self.slots = Slots(workers)
         self.idle = idle
 
-    def unary(self, method: str, role: Role, request_type, handler: Handler, rate=None):
+    def unary(
+        self, method: str, role: Role, request_type, handler: Handler, rate=None, role_for=None
+    ):
         """A unary-response method: (request bytes, or an iterator of request messages
-        when request_type is None, and context) -> response."""
+        when request_type is None, and context) -> response. `role_for(request)`: the
+        role the parsed request needs, where its fields may ask more than `role`."""
         limiter = RateLimiter(rate) if rate else None
 
         def call(request, context):
@@ -125,7 +129,10 @@ class Gate:
                 admitted = self._admit(role, context, limiter, watch_idle=streaming)
                 if streaming:
                     request = _touching(request, admitted.progress)
-                return handler(_parse(request_type, request, method), context)
+                parsed = _parse(request_type, request, method)
+                if role_for is not None:
+                    self._permit(admitted.principal, role_for(parsed))
+                return handler(parsed, context)
             except Exception as exc:  # noqa: BLE001 - every failure becomes a status
                 error = as_cache_error(exc, method)
                 status.abort(context, error)
@@ -135,7 +142,9 @@ class Gate:
 
         return call
 
-    def stream(self, method: str, role: Role, request_type, handler: Handler, rate=None):
+    def stream(
+        self, method: str, role: Role, request_type, handler: Handler, rate=None, role_for=None
+    ):
         """A response-streaming method: (request bytes, context) -> iterator of messages."""
         limiter = RateLimiter(rate) if rate else None
 
@@ -148,7 +157,10 @@ class Gate:
                 admitted = self._admit(role, context, limiter, watch_idle=True)
                 client = _client.get()  # a generator's frame may resume in another context
                 progress = admitted.progress
-                for message in handler(_parse(request_type, request, method), context):
+                parsed = _parse(request_type, request, method)
+                if role_for is not None:
+                    self._permit(admitted.principal, role_for(parsed))
+                for message in handler(parsed, context):
                     progress.touch()
                     yield message  # returns once gRPC has taken the message
                     progress.touch()
@@ -166,11 +178,11 @@ class Gate:
         _client.set(UNAUTHENTICATED)
         try:
             principal = self.tokens.authenticate(context.invocation_metadata())
-            _client.set(principal.name)
-            self.tokens.permit(principal, role)
-        except (UnauthenticatedError, PermissionDeniedError):
+        except UnauthenticatedError:
             self.metrics.rejected.labels("auth").inc()
             raise
+        _client.set(principal.name)
+        self._permit(principal, role)
         if limiter is not None and not limiter.allow(principal.name):
             self.metrics.rejected.labels("rate").inc()
             raise RateLimitedError(f"too many calls of this kind from {principal.name!r}")
@@ -182,6 +194,13 @@ class Gate:
             self.watchdog.schedule(self.request_timeout, context.cancel),
             self.idle.watch(context.cancel) if watch_idle else None,
         )
+
+    def _permit(self, principal: Principal, role: Role) -> None:
+        try:
+            self.tokens.permit(principal, role)
+        except PermissionDeniedError:
+            self.metrics.rejected.labels("auth").inc()
+            raise
 
     def _finish(
         self, method, context, started, admitted: _Admitted | None, error, client=None

@@ -10,17 +10,19 @@ A new RPC is a line here, a handler, and a message in proto/xlacache/v1/cache.pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import grpc
 
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.protocol import SERVICE_NAME
+from xlacache.rates import Rate
 from xlacache.server.auth import Role, TokenTable
 from xlacache.server.config import ServerConfig
 from xlacache.server.jobs import JobHandlers
 from xlacache.server.leases import LeaseHandlers
-from xlacache.server.limits import IdleMonitor, Rate, Watchdog
+from xlacache.server.limits import IdleMonitor, Watchdog
 from xlacache.server.metrics import ServerMetrics
 from xlacache.server.misses import MissRing
 from xlacache.server.queries import Queries
@@ -36,6 +38,9 @@ class Method(NamedTuple):
     handler: str  # "part.method" of CacheService
     kind: str  # "unary", "stream_out" (Get) or "stream_in" (Put)
     rate: Rate | None = None  # calls per token (RESOURCE_EXHAUSTED, rate_limited, beyond)
+    # The role a parsed request needs when its fields make it more than a read (`role`
+    # admits the call; this is checked once the request is parsed).
+    role_for: Callable[[object], Role] | None = None
 
 
 # A client reports an entry it found corrupt once; a read token may not make the server
@@ -45,6 +50,19 @@ REPORT_RATE = Rate(per_second=1.0, burst=20)
 # writers record its manifest every few seconds.
 TOUCH_RATE = Rate(per_second=50.0, burst=200)
 RECORD_JOB_RATE = Rate(per_second=5.0, burst=50)
+# Verify reads every entry: a few at once per token, then one a minute.
+VERIFY_RATE = Rate(per_second=1 / 60, burst=4)
+# A client running with XLACACHE_EXPLAIN=1 reports each miss (it holds itself to less):
+# a noisy one cannot flood the ring, the disk or the page.
+MISS_REPORT_RATE = Rate(per_second=10.0, burst=200)
+
+
+def _prune_role(request: pb.PruneRequest) -> Role:
+    return Role.READ if request.dry_run else Role.ADMIN  # a dry run only reads
+
+
+def _verify_role(request: pb.VerifyRequest) -> Role:
+    return Role.ADMIN if request.repair else Role.READ  # without repair it only reads
 
 
 METHODS: dict[str, Method] = {
@@ -58,9 +76,13 @@ METHODS: dict[str, Method] = {
         Role.READ, pb.ReportCorruptRequest, "queries.report_corrupt", "unary", REPORT_RATE
     ),
     "Delete": Method(Role.ADMIN, pb.DeleteRequest, "queries.delete", "unary"),
-    "Prune": Method(Role.ADMIN, pb.PruneRequest, "queries.prune", "unary"),
-    "Verify": Method(Role.ADMIN, pb.VerifyRequest, "queries.verify", "unary"),
-    "ReportMiss": Method(Role.READ, pb.ReportMissRequest, "misses.report", "unary"),
+    "Prune": Method(Role.READ, pb.PruneRequest, "queries.prune", "unary", role_for=_prune_role),
+    "Verify": Method(
+        Role.READ, pb.VerifyRequest, "queries.verify", "unary", VERIFY_RATE, _verify_role
+    ),
+    "ReportMiss": Method(
+        Role.READ, pb.ReportMissRequest, "misses.report", "unary", MISS_REPORT_RATE
+    ),
     "RecentMisses": Method(Role.READ, pb.RecentMissesRequest, "misses.recent", "unary"),
     "Lease": Method(Role.WRITE, pb.LeaseRequest, "leases.lease", "unary"),
     "LeaseHold": Method(Role.WRITE, pb.LeaseRequest, "leases.hold", "stream_out"),
@@ -102,7 +124,9 @@ class CacheService:
         part, attr = method.handler.split(".")
         fn = getattr(getattr(self, part), attr)
         wrap = self.gate.stream if method.kind == "stream_out" else self.gate.unary
-        return wrap(name, method.role, method.request, fn, rate=method.rate)
+        return wrap(
+            name, method.role, method.request, fn, rate=method.rate, role_for=method.role_for
+        )
 
 
 def _serialize(message) -> bytes:

@@ -90,6 +90,9 @@ class Transfers:
                     raise CorruptEntryError(f"entry {key} shrank while read")
                 sent += len(data)
                 yield wire.get_chunk(data)
+        if request.peek:  # an administrative read: not a use
+            self.metrics.peeked(size)
+            return
         self.metrics.hit(size)
         if not request.peek:  # a prefetch's read is not a use (Touch counts it once used)
             self.store.record_hit(key)

@@ -180,10 +180,11 @@ class Store(abc.ABC):
     def read_header(self, key: str) -> entry.Header | None:
         """The checked header of the entry under `key`, or None when absent.
 
-        For tools that compare entries (explain, diff, trust audits). This default reads
-        the whole entry; backends override it to read only the header where they can.
+        For tools that compare entries (explain, diff, trust audits), so not a use. This
+        default reads the whole entry (`peek`); backends override it to read only the
+        header where they can.
         """
-        blob = self.get(key)
+        blob = self.peek(key)
         return None if blob is None else entry.read_header(blob)
 
     def peek(self, key: str) -> bytes | None:

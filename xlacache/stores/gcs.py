@@ -159,6 +159,8 @@ class GCSStore(Store):
         self._miss_reports = 0
         if self.objects.stat(MARKER) is None:
             if not create:
+                if not self.objects.bucket_exists():
+                    raise NotACacheError(f"{self.url}: no such bucket {self.objects.bucket!r}")
                 raise NotACacheError(f"{self.url} is not an xlacache cache (no {MARKER})")
             if not readonly:
                 self._create_marker()
@@ -173,7 +175,8 @@ class GCSStore(Store):
         return found[0]
 
     def peek(self, key: str) -> bytes | None:
-        """`get` without recording a use (`record_hit` records it later)."""
+        """The verified entry without recording a use: prefetch (`record_hit` records it
+        later) and tools (export, sign, diff)."""
         found = self._read(key)
         return None if found is None else found[0]
 

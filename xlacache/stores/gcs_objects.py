@@ -232,6 +232,18 @@ class GCSObjects:
         resource = self._run(call, deadline, f"stat {name}", absent=None)
         return None if resource is None else self._info(resource)
 
+    def bucket_exists(self) -> bool:
+        """False when the bucket is missing; True when it exists, or when these
+        credentials may not ask (a reader's objectViewer has no storage.buckets.get)."""
+
+        async def call():
+            return await self._fs()._call("GET", "b/{}", self.bucket, json_out=True)
+
+        try:
+            return self._run(call, None, "get the bucket", absent=None) is not None
+        except PermissionDeniedError:
+            return True
+
     def create(
         self,
         name: str,

@@ -49,6 +49,11 @@ _SICK = {
     Code.UNKNOWN, Code.CANCELLED, Code.UNIMPLEMENTED,
 }  # fmt: skip
 _TRIP_NOW = {Code.UNAUTHENTICATED, Code.DEADLINE_EXCEEDED, Code.CANCELLED}
+TLS_HINT = (
+    "the TLS handshake failed: a server certificate from a private CA needs that CA's PEM "
+    "file in XLACACHE_TLS_CA (initialize_cache(tls_ca=...), CLI --tls-ca); mutual TLS also "
+    "XLACACHE_TLS_CERT and XLACACHE_TLS_KEY (see docs/trust.md)"
+)
 
 
 def parse_target(url: str) -> tuple[str, bool]:
@@ -62,8 +67,14 @@ def parse_target(url: str) -> tuple[str, bool]:
     return f"{host}:{parsed.port or DEFAULT_PORT}", parsed.scheme == "grpcs"
 
 
-def _read(path: str | None) -> bytes | None:
-    return Path(path).expanduser().read_bytes() if path else None
+def _read(path: str | None, setting: str) -> bytes | None:
+    """A PEM file's bytes (None: no file); ConfigError naming the setting if unreadable."""
+    if not path:
+        return None
+    try:
+        return Path(path).expanduser().read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{setting}: cannot read {path}: {exc.strerror}") from None
 
 
 class GrpcStore(Store):
@@ -113,12 +124,15 @@ class GrpcStore(Store):
             # transfers from many threads queue on it (a third less PUT throughput).
             ("grpc.use_local_subchannel_pool", 1),
         ]
+        self.tls = tls
         if tls:
             env = config.remote_tls_files()
             creds = grpc.ssl_channel_credentials(
-                root_certificates=_read(tls_ca or env["tls_ca"]),
-                private_key=_read(tls_key or env["tls_key"]),
-                certificate_chain=_read(tls_cert or env["tls_cert"]),
+                root_certificates=_read(tls_ca or env["tls_ca"], "tls_ca (XLACACHE_TLS_CA)"),
+                private_key=_read(tls_key or env["tls_key"], "tls_key (XLACACHE_TLS_KEY)"),
+                certificate_chain=_read(
+                    tls_cert or env["tls_cert"], "tls_cert (XLACACHE_TLS_CERT)"
+                ),
             )
             self._channel = grpc.secure_channel(self.target, creds, options=options)
         else:
@@ -147,7 +161,8 @@ class GrpcStore(Store):
         return self._get_verified(key, peek=False)
 
     def peek(self, key: str) -> bytes | None:
-        """`get` without the server counting a use (`record_hit` counts it later)."""
+        """`get` without the server counting a use: prefetch (`record_hit` counts it
+        later) and tools (export, sign, diff)."""
         return self._get_verified(key, peek=True)
 
     def _get_verified(self, key: str, peek: bool) -> bytes | None:
@@ -394,7 +409,10 @@ class GrpcStore(Store):
                 self.breaker.failure(trip_now=code in _TRIP_NOW)
             else:
                 self.breaker.success()  # the server answered, if only to refuse
-            raise status.error_from_rpc(exc, self.url) from None
+            error = status.error_from_rpc(exc, self.url)
+            if self.tls and code == Code.UNAVAILABLE and "handshake" in str(error).lower():
+                error = StoreUnavailableError(f"{error} ({TLS_HINT})")
+            raise error from None
         except BaseException:
             self.breaker.success()  # the server answered; the trouble is ours
             raise

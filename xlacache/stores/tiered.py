@@ -252,11 +252,6 @@ class TieredStore(Store):
         with self._cond:
             return self._cond.wait_for(lambda: not self._queue and not self._busy, timeout)
 
-    @property
-    def pending_uploads(self) -> int:
-        with self._cond:
-            return len(self._queue) + self._busy
-
     def close(self) -> None:
         """Give queued uploads a bounded time to finish, then close both tiers."""
         if not self.flush(self.close_flush_seconds):

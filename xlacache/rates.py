@@ -1,0 +1,43 @@
+"""The one rate limiter: a token bucket per caller.
+
+The server holds each method with a `Rate` to it per token (`server.service.METHODS`,
+enforced by `server.rpc.Gate`: RESOURCE_EXHAUSTED, reason `rate_limited`); a client
+holds the misses it reports to it (`explain.Explainer`, one caller).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rate:
+    """`per_second` calls on average, `burst` at once (a token bucket)."""
+
+    per_second: float
+    burst: int
+
+
+class RateLimiter:
+    """A token bucket per caller (a token's name; "" for a process's own calls)."""
+
+    MAX_CALLERS = 10_000  # buckets kept; beyond, the oldest are forgotten (they refill)
+
+    def __init__(self, rate: Rate) -> None:
+        self.rate = rate
+        self._buckets: dict[str, tuple[float, float]] = {}  # caller -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def allow(self, caller: str = "") -> bool:
+        """Whether `caller` may make one more call now (taking a token if so)."""
+        now = time.monotonic()
+        with self._lock:
+            tokens, at = self._buckets.get(caller, (float(self.rate.burst), now))
+            tokens = min(float(self.rate.burst), tokens + (now - at) * self.rate.per_second)
+            allowed = tokens >= 1.0
+            self._buckets[caller] = (tokens - 1.0 if allowed else tokens, now)
+            if len(self._buckets) > self.MAX_CALLERS:
+                self._buckets.pop(next(iter(self._buckets)))
+            return allowed
