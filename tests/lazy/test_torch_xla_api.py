@@ -65,10 +65,10 @@ def test_async_step_closures_keep_order_and_report_errors():
 
     xm.add_step_closure(boom, run_async=True)
     xl.sync()
-    from xlacache.lazy import closures
+    from xlacache.lazy.state import STATE
 
     deadline = time.monotonic() + 30
-    while closures._async["error"] is None and time.monotonic() < deadline:
+    while STATE.closure_error is None and time.monotonic() < deadline:
         time.sleep(0.01)  # the failure is recorded...
     with pytest.raises(RuntimeError, match="asynchronous step closure failed"):
         xl.sync()  # ...and raised by the next barrier

@@ -77,7 +77,13 @@ from .spmd.mesh import (  # noqa: E402 - SPMD sharding (torch_xla.distributed.sp
     sharding_spec,
     use_spmd,
 )
-from .steps import RateTracker, SampleGenerator, add_step_closure, compile  # noqa: E402
+from .steps import (  # noqa: E402
+    RateTracker,
+    SampleGenerator,
+    add_step_closure,
+    compile,
+    reset_runtime,
+)
 from .tensor import LazyTensor  # noqa: E402
 
 _tensor.install_dispatcher(_dispatch.dispatch)
@@ -124,6 +130,7 @@ __all__ = [
     "optimizer_step",
     "reduce_gradients",
     "rendezvous",
+    "reset_runtime",
     "save",
     "set_global_mesh",
     "set_rng_state",

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from .state import STATE
+
 
 def _autocast_xla_keyset() -> Any:
     """``DispatchKeySet(AutocastXLA)``: torch's Python enum does not name that key, but it is
@@ -73,7 +75,6 @@ CPU_AUTOCAST_OPS = frozenset(
         torch.ops.aten.convolution.default,
     )
 )
-_warned: list[bool] = [False]
 
 
 def _eligible(x: Any) -> bool:
@@ -170,9 +171,9 @@ def _hook_set_autocast_enabled() -> None:
 
 def warn_cpu_autocast() -> None:
     """Once: ``torch.autocast("cpu")`` is on while ops run on ``xla`` tensors in their dtype."""
-    if _warned[0] or not _CPU.on:
+    if STATE.warned_cpu_autocast or not _CPU.on:
         return
-    _warned[0] = True
+    STATE.warned_cpu_autocast = True
     warnings.warn(
         'xlacache.lazy: torch.autocast("cpu") does not apply to xla tensors (as in eager '
         "PyTorch for any other device): these ops run in their own dtype. Use "

@@ -14,9 +14,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-_pending: list[tuple[Callable[..., Any], tuple, bool]] = []
+from .state import STATE
+
+_pending: list[tuple[Callable[..., Any], tuple, bool]] = STATE.closures
 _lock = threading.Lock()
-_async: dict[str, Any] = {"queue": None, "error": None}
 _EXIT_WAIT_S = 30.0
 
 
@@ -28,9 +29,9 @@ def add(closure: Callable[..., Any], args: tuple = (), run_async: bool = False) 
 
 def run() -> None:
     """Run the queued closures (called by ``sync`` after the step ran)."""
-    err = _async["error"]
+    err = STATE.closure_error
     if err is not None:
-        _async["error"] = None
+        STATE.closure_error = None
         raise RuntimeError("xlacache.lazy: an asynchronous step closure failed") from err
     with _lock:
         todo = _pending[:]
@@ -43,9 +44,9 @@ def run() -> None:
 
 
 def _worker() -> queue.Queue:
-    q = _async["queue"]
+    q = STATE.closure_queue
     if q is None:
-        q = _async["queue"] = queue.Queue()
+        q = STATE.closure_queue = queue.Queue()
         threading.Thread(target=_serve, args=(q,), daemon=True, name="StepClosures").start()
         atexit.register(_drain, q)
     return q
@@ -57,8 +58,8 @@ def _serve(q: queue.Queue) -> None:
         try:
             fn(*args)
         except BaseException as e:  # noqa: BLE001 - raised by the next sync
-            if _async["error"] is None:
-                _async["error"] = e
+            if STATE.closure_error is None:
+                STATE.closure_error = e
         finally:
             q.task_done()
 

@@ -31,6 +31,7 @@ from .identity import UnencodableAttribute
 from .lowering import LOWERINGS
 from .lowering.registry import registrar
 from .record import assign, record, track_view
+from .state import STATE
 from .tensor import LazyTensor
 from .transfer import to_device
 
@@ -39,7 +40,7 @@ Handler = Callable[[tuple, dict], Any]
 SPECIAL: dict[Any, Handler] = {}
 _CORE_DECOMP = core_aten_decompositions()
 _FALLBACK = os.environ.get("XLACACHE_LAZY_FALLBACK", "1") != "0"
-_warned_fallback: set[str] = set()
+_warned_fallback: set[str] = STATE.warned_fallback
 
 
 # ``@special(op, ...)`` registers ``handler(args, kwargs)``: it runs instead of recording the op
@@ -48,7 +49,7 @@ special = registrar(SPECIAL, "a special handler")
 
 def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
     r = _ROUTES.get(id(func))
-    if r is None or r[0] is not func or _routes_version[0] != len(SPECIAL) + len(LOWERINGS):
+    if r is None or r[0] is not func or STATE.routes_version != len(SPECIAL) + len(LOWERINGS):
         r = _route(func)
     kind = r[1]
     if kind is _RECORD:
@@ -75,15 +76,14 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
 # (an OpOverload's ``__hash__`` is a Python call; the entry keeps its op alive and is checked
 # with ``is``). Rebuilt whenever a special handler or a lowering is added or removed.
 _RECORD, _SPECIAL, _INPLACE, _OTHER = "record", "special", "inplace", "other"
-_ROUTES: dict[int, tuple[Any, str, Any]] = {}
-_routes_version = [-1]
+_ROUTES: dict[int, tuple[Any, str, Any]] = STATE.routes
 
 
 def _route(func: Any) -> tuple[Any, str, Any]:
     version = len(SPECIAL) + len(LOWERINGS)
-    if _routes_version[0] != version:
+    if STATE.routes_version != version:
         _ROUTES.clear()
-        _routes_version[0] = version
+        STATE.routes_version = version
     h = SPECIAL.get(func)
     if h is not None:
         r = (func, _SPECIAL, h)

@@ -36,6 +36,7 @@ from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
 from .record import record, value
 from .spmd import placement as spmd
+from .state import STATE
 from .tensor import LOCK, LazyTensor, flush_trace_metrics, live_tensors, restore_gc
 from .transfer import to_host
 
@@ -116,17 +117,7 @@ def _capacity_from_env() -> int:
     return n
 
 
-EXECUTABLES = ExecutableCache(_capacity_from_env())
-
-
-def _cache_stats() -> dict[str, Any] | None:
-    try:
-        import xlacache
-
-        stats = getattr(xlacache, "stats", None)
-        return stats() if stats is not None else None
-    except Exception:  # noqa: BLE001 - the runtime works without the cache core
-        return None
+EXECUTABLES = STATE.executables = ExecutableCache(_capacity_from_env())
 
 
 def _fill(t: Any, ins: list[Any]) -> Any:
@@ -221,20 +212,17 @@ def _fix(r: Any, aval: Any, name: str) -> Any:
     return r
 
 
-_ALLOW_EXECUTION = [True]
-
-
 def set_allow_execution(allow: bool) -> bool:
     """Allow (or, inside ``compile(full_graph=True)``, forbid) running graphs before the
     barrier; returns the previous setting."""
-    prev = _ALLOW_EXECUTION[0]
-    _ALLOW_EXECUTION[0] = allow
+    prev = STATE.allow_execution
+    STATE.allow_execution = allow
     return prev
 
 
 def materialize(tensors: list[LazyTensor]) -> None:
     """Run the graph needed by ``tensors`` only (``.item()``, ``.cpu()``, ``print``)."""
-    if not _ALLOW_EXECUTION[0]:
+    if not STATE.allow_execution:
         raise RuntimeError(
             "xlacache.lazy: a graph had to run inside compile(full_graph=True) (.item(), .cpu(), "
             "printing a tensor, data-dependent control flow, or an op that runs on CPU)"
@@ -430,18 +418,15 @@ def _compile(
             lowered = jitted.lower(*(global_avals if procs else (*arrays, scalars)))
             t1 = time.perf_counter_ns()
             metrics.metric_add("LoweringTime", t1 - t0)
-            before = _cache_stats()
             with executables.capture() as compiled_here:
                 compiled = lowered.compile()
         metrics.metric_add("CompileTime", time.perf_counter_ns() - t1)
     finally:
         if gc_was_on:
             gc.enable()
-    after = _cache_stats()
-    hit = miss = 0
-    if before is not None and after is not None:
-        hit = after.get("hits", 0) - before.get("hits", 0)
-        miss = after.get("misses", 0) - before.get("misses", 0)
+    # what the persistent cache did for this compile (nothing: no cache initialized)
+    hit = sum(1 for _, outcome in compiled_here if outcome == "hit")
+    miss = len(compiled_here) - hit
     if hit:
         metrics.counter_inc("PersistentCacheHit", hit)
     else:

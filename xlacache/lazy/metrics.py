@@ -14,8 +14,10 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-_counters: dict[str, int] = {}
-_metrics: dict[str, list] = {}  # name -> [count, accumulator, deque of recent samples]
+from .state import STATE
+
+_counters: dict[str, int] = STATE.counters
+_metrics: dict[str, list] = STATE.metrics  # name -> [count, accumulator, deque of recent samples]
 _MAX_SAMPLES = 1000
 
 

@@ -19,6 +19,7 @@ import torch
 from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
 from .identity import encode, node_prefix
 from .lowering import LOWERINGS, STATIC_SCALAR_OPS
+from .state import STATE
 from .tensor import Cell, LazyTensor, contiguous_meta, tracing_nested
 from .transfer import to_device
 
@@ -152,12 +153,12 @@ class _Op:
 
 # keyed by id(op) (an OpOverload's __hash__ is a Python call); entries keep their op alive and
 # are checked with ``is``, so a reused id never selects another op's entry
-_OPS: dict[int, _Op] = {}
+_OPS: dict[int, _Op] = STATE.ops
 # shape inference results by (op, exact attribute encoding, input shapes and dtypes): torch's
 # meta kernels are Python and cost ~100-400 us an op; a training loop repeats the same ops.
 # Values: (op, output metas (contiguous; a tuple for multi-output ops, else one), avals,
 # node-digest prefix, the multi-output container type or None).
-_META_CACHE: dict[tuple[int, str, tuple], tuple[Any, Any, tuple, bytes, Any]] = {}
+_META_CACHE: dict[tuple[int, str, tuple], tuple[Any, Any, tuple, bytes, Any]] = STATE.meta_cache
 _META_CACHE_MAX = 200_000
 
 

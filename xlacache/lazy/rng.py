@@ -15,46 +15,49 @@ import numpy as np
 import torch
 
 from .graph import Node, rng_node
+from .state import STATE
 
-_state = {"torch_seed": None, "seed": 0, "epoch": 0, "index": 0}
-_leaf: list[Node | None] = [None]
+
+def _restart(torch_seed: int, seed: int) -> None:
+    STATE.torch_seed = torch_seed
+    STATE.rng_seed = seed & 0xFFFFFFFF
+    STATE.rng_epoch = STATE.rng_index = 0
+    STATE.rng_leaf = None
 
 
 def _check_seed() -> None:
     s = torch.initial_seed()
-    if s != _state["torch_seed"]:  # torch.manual_seed was called: restart the device stream
-        _state.update(torch_seed=s, seed=s & 0xFFFFFFFF, epoch=0, index=0)
-        _leaf[0] = None
+    if s != STATE.torch_seed:  # torch.manual_seed was called: restart the device stream
+        _restart(s, s)
 
 
 def next_key() -> tuple[Node, int]:
     """The epoch's RNG leaf and the next op index within the epoch."""
     _check_seed()
-    if _leaf[0] is None:
-        key = np.array([_state["seed"], _state["epoch"]], dtype=np.uint32)
-        _leaf[0] = rng_node(key)
-    i = _state["index"]
-    _state["index"] = i + 1
-    return _leaf[0], i
+    if STATE.rng_leaf is None:
+        key = np.array([STATE.rng_seed, STATE.rng_epoch], dtype=np.uint32)
+        STATE.rng_leaf = rng_node(key)
+    i = STATE.rng_index
+    STATE.rng_index = i + 1
+    return STATE.rng_leaf, i
 
 
 def new_epoch() -> None:
     """Called at every barrier that runs pending ops."""
-    if _leaf[0] is not None:
-        _state["epoch"] += 1
-        _state["index"] = 0
-        _leaf[0] = None
+    if STATE.rng_leaf is not None:
+        STATE.rng_epoch += 1
+        STATE.rng_index = 0
+        STATE.rng_leaf = None
 
 
 def set_seed(seed: int) -> None:
     """Reseed the device stream (``xm.set_rng_state``)."""
-    _state.update(torch_seed=torch.initial_seed(), seed=seed & 0xFFFFFFFF, epoch=0, index=0)
-    _leaf[0] = None
+    _restart(torch.initial_seed(), seed)
 
 
 def get_seed() -> int:
     _check_seed()
-    return int(_state["seed"])
+    return int(STATE.rng_seed)
 
 
 def hook_manual_seed() -> None:

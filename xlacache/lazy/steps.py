@@ -13,6 +13,8 @@ from typing import Any
 
 from . import closures, metrics
 from .executor import set_allow_execution, sync
+from .state import STATE
+from .tensor import restore_gc
 
 
 def add_step_closure(
@@ -21,6 +23,17 @@ def add_step_closure(
     """``xm.add_step_closure``: run ``closure(*args)`` after the next ``sync()``, when the
     tensors it reads are device data (one graph per step, however many closures read it)."""
     closures.add(closure, args, run_async)
+
+
+def reset_runtime() -> None:
+    """Put the runtime back as a new process has it: compiled graphs, counters and timings,
+    dispatch routes and recording caches, the device RNG stream (restarted from
+    ``torch.initial_seed()``), queued step closures, warnings given once, ``compile``'s
+    execution guard. Live tensors keep their values (pending ones run at the next barrier);
+    the multi-process job, SPMD's mesh and the persistent cache stay (``state.py``)."""
+    with STATE.lock:
+        restore_gc()
+        STATE.reset()
 
 
 def _new_graphs() -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import itertools
 import os
-import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -22,9 +21,10 @@ import torch
 
 from . import _device, metrics
 from .graph import Node
+from .state import STATE
 
 DEVICE = _device.DEVICE
-LOCK = threading.RLock()  # one tracer at a time (the training loop and MpDeviceLoader's thread)
+LOCK = STATE.lock  # one tracer at a time (the training loop and MpDeviceLoader's thread)
 _SEQ = itertools.count()
 
 
@@ -61,23 +61,17 @@ def _fwd(name: str) -> property:
     return property(get, put)
 
 
-def _unset(func: Any, args: tuple, kwargs: dict) -> Any:
-    raise RuntimeError("xlacache.lazy: no dispatcher installed (import xlacache.lazy)")
-
-
-_DISPATCH: list[Callable[[Any, tuple, dict], Any]] = [_unset]
 _now = time.perf_counter_ns
-_TRACE = [0, 0, 0]  # ns spent in dispatch, top-level ops dispatched, dispatch depth
 
 
 def install_dispatcher(fn: Callable[[Any, tuple, dict], Any]) -> None:
     """Route every aten op on lazy tensors to ``fn(func, args, kwargs)``."""
-    _DISPATCH[0] = fn
+    STATE.dispatcher = fn
 
 
 def tracing_nested() -> bool:
     """True inside an op that another op dispatched (a decomposition, a special handler)."""
-    return _TRACE[2] > 1
+    return STATE.depth > 1
 
 
 class LazyTensor(torch.Tensor):
@@ -98,7 +92,7 @@ class LazyTensor(torch.Tensor):
         )
         c = r._c = Cell(meta, value)
         _REFS.append(_ref(c))
-        if len(_REFS) > _REFS_LIMIT[0]:
+        if len(_REFS) > STATE.refs_limit:
             live_tensors()
         return r
 
@@ -154,22 +148,23 @@ class LazyTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
         with LOCK:
-            if _TRACE[2]:  # nested (a decomposition): timed by the outer call
-                _TRACE[2] += 1
+            s = STATE
+            if s.depth:  # nested (a decomposition): timed by the outer call
+                s.depth += 1
                 try:
-                    return _DISPATCH[0](func, args, kwargs or {})
+                    return s.dispatcher(func, args, kwargs or {})
                 finally:
-                    _TRACE[2] -= 1
-            _TRACE[2] = 1
-            if _GC_DEFERRED[0] is None and _GC_DEFER:
+                    s.depth -= 1
+            s.depth = 1
+            if s.gc_deferred is None and _GC_DEFER:
                 _defer_gc()
             t0 = _now()
             try:
-                return _DISPATCH[0](func, args, kwargs or {})
+                return s.dispatcher(func, args, kwargs or {})
             finally:
-                _TRACE[0] += _now() - t0
-                _TRACE[1] += 1
-                _TRACE[2] = 0
+                s.trace_ns += _now() - t0
+                s.traced_ops += 1
+                s.depth = 0
 
 
 # Tracing a step allocates tens of thousands of objects that live until the barrier (nodes,
@@ -180,7 +175,6 @@ class LazyTensor(torch.Tensor):
 # barrier puts the thresholds back. ``XLACACHE_LAZY_GC_DEFER=0`` turns this off.
 _GC_DEFER = os.environ.get("XLACACHE_LAZY_GC_DEFER", "1") != "0"
 _GC_DEFERRED_THRESHOLD = 500_000
-_GC_DEFERRED: list[tuple[tuple[int, int, int], tuple[int, int, int]] | None] = [None]
 
 
 def _defer_gc() -> None:
@@ -189,33 +183,32 @@ def _defer_gc() -> None:
         return  # collection is off, or already this lax: leave it alone
     during = (_GC_DEFERRED_THRESHOLD, before[1], before[2])
     gc.set_threshold(*during)
-    _GC_DEFERRED[0] = (before, during)
+    STATE.gc_deferred = (before, during)
 
 
 def restore_gc() -> None:
     """At a barrier: the collector's thresholds as they were before tracing (unless the program
     changed them meanwhile)."""
-    saved = _GC_DEFERRED[0]
+    saved = STATE.gc_deferred
     if saved is not None:
-        _GC_DEFERRED[0] = None
+        STATE.gc_deferred = None
         if gc.get_threshold() == saved[1]:
             gc.set_threshold(*saved[0])
 
 
 def flush_trace_metrics() -> None:
     """Record the tracing time of the step that ends now (metric ``TraceTime``)."""
-    if _TRACE[1]:
-        metrics.metric_add("TraceTime", _TRACE[0])
-        metrics.counter_inc("TracedOps", _TRACE[1])
-    _TRACE[0] = _TRACE[1] = 0
+    if STATE.traced_ops:
+        metrics.metric_add("TraceTime", STATE.trace_ns)
+        metrics.counter_inc("TracedOps", STATE.traced_ops)
+    STATE.trace_ns = STATE.traced_ops = 0
 
 
 # The live registry: a weak reference to every state cell, in creation order. Plain weak
 # references (no callbacks, unlike a WeakSet) cost little for the thousands of short-lived
 # tensors a step records; dead ones are dropped by ``live_tensors``, which runs at every
 # barrier, and whenever the list has doubled since it last ran.
-_REFS: list[weakref.ReferenceType[Cell]] = []
-_REFS_LIMIT = [1 << 16]
+_REFS: list[weakref.ReferenceType[Cell]] = STATE.refs
 _ref = weakref.ref
 
 
@@ -232,7 +225,7 @@ def live_tensors() -> list[Cell]:
             alive.append(r)
     # one slice assignment: a reference another thread appends meanwhile (past n) survives
     refs[:n] = alive
-    _REFS_LIMIT[0] = max(1 << 16, 2 * len(refs))
+    STATE.refs_limit = max(1 << 16, 2 * len(refs))
     return cells
 
 
@@ -275,8 +268,7 @@ def _from_cpu(t: torch.Tensor) -> torch.Tensor:
     return t.to(DEVICE)
 
 
-_STORAGES: weakref.WeakKeyDictionary[Cell, torch.UntypedStorage] = weakref.WeakKeyDictionary()
-_FAKE_ADDRESS = [1 << 60]  # non-canonical on x86-64 and arm64: any access faults
+_STORAGES: weakref.WeakKeyDictionary[Cell, torch.UntypedStorage] = STATE.storages
 
 
 def storage_of(c: Cell) -> torch.UntypedStorage:
@@ -285,7 +277,7 @@ def storage_of(c: Cell) -> torch.UntypedStorage:
     st = _STORAGES.get(root)
     if st is None:
         nbytes = root._meta.numel() * root._meta.element_size()
-        addr = _FAKE_ADDRESS[0]
-        _FAKE_ADDRESS[0] += (nbytes + 127) // 64 * 64  # never two live storages overlap
+        addr = STATE.fake_address  # non-canonical on x86-64 and arm64: any access faults
+        STATE.fake_address += (nbytes + 127) // 64 * 64  # never two live storages overlap
         st = _STORAGES[root] = torch._C._construct_storage_from_data_pointer(addr, DEVICE, nbytes)
     return st

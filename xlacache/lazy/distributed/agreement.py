@@ -27,12 +27,13 @@ import atexit
 import contextlib
 import itertools
 
+from ..state import STATE
 from . import env
 
 _BLOCK = 256  # sequence numbers per key-value directory; a finished block is deleted
 _EXITED = "exited"
-_SEQUENCES: dict[str, itertools.count] = {}
-_LAST: dict[str, int] = {}
+_SEQUENCES: dict[str, itertools.count] = STATE.sequences
+_LAST: dict[str, int] = STATE.last_sequence
 
 
 def _key(domain: str, n: int, rank: int) -> str:

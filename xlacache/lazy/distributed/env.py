@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..state import STATE
+
 AXIS = "xlacache_processes"  # the process mesh's axis name, in every collective's lowering
 
 
@@ -84,17 +86,14 @@ def configure_devices() -> None:
     jax.config.update("jax_num_cpu_devices", n)
 
 
-_STARTED: list[Job] = []
-
-
 def start(job: Job) -> None:
     """Join ``job``'s ``jax.distributed`` runtime (once per process; nothing for one process).
 
     Bounded: ``XLACACHE_INIT_TIMEOUT`` (60 s) for every process to arrive, and a peer that
     stops answering aborts the others after ``XLACACHE_HEARTBEAT_TIMEOUT`` (10 s).
     """
-    if _STARTED:
-        if _STARTED[0] != job:
+    if STATE.job is not None:
+        if STATE.job != job:
             raise RuntimeError("xlacache.lazy: this process already joined another job")
         return
     configure_devices()
@@ -125,21 +124,21 @@ def start(job: Job) -> None:
             heartbeat_timeout_seconds=int(timeout_s("XLACACHE_HEARTBEAT_TIMEOUT", 10)),
             shutdown_timeout_seconds=int(timeout_s("XLACACHE_SHUTDOWN_TIMEOUT", 30)),
         )
-    _STARTED.append(job)
+    STATE.job = job
 
 
 def join() -> Job:
     """This process's job, joined if need be: a ``jax.distributed`` runtime the script started
     itself is adopted; else a multi-process job named by the environment (torchrun's
     ``RANK``/``WORLD_SIZE``) is started. Called by ``use_spmd`` and the process names."""
-    if _STARTED:
-        return _STARTED[0]
+    if STATE.job is not None:
+        return STATE.job
     from jax._src.distributed import global_state
 
     if global_state.client is not None:  # jax.distributed.initialize by the script
         world, rank = int(global_state.num_processes), int(global_state.process_id)
-        _STARTED.append(Job(rank, world, rank, world, global_state.coordinator_address))
-        return _STARTED[0]
+        STATE.job = Job(rank, world, rank, world, global_state.coordinator_address)
+        return STATE.job
     job = job_from_env()
     if job.world > 1:
         start(job)
@@ -148,7 +147,7 @@ def join() -> Job:
 
 def current() -> Job:
     """The job this process joined (``start``), else a single process."""
-    return _STARTED[0] if _STARTED else Job(0, 1, 0, 1, None)
+    return STATE.job if STATE.job is not None else Job(0, 1, 0, 1, None)
 
 
 def client() -> Any:
@@ -160,12 +159,9 @@ def client() -> Any:
     return global_state.client
 
 
-_MESH: list[Any] = []
-
-
 def process_mesh() -> Any:
     """A 1-D mesh over the job's processes (each process's first device), axis ``AXIS``."""
-    if not _MESH:
+    if STATE.process_mesh is None:
         import jax
         import numpy as np
         from jax.sharding import Mesh
@@ -174,5 +170,5 @@ def process_mesh() -> Any:
         for d in sorted(jax.devices(), key=lambda d: d.id):
             first.setdefault(d.process_index, d)
         devices = np.array([first[p] for p in sorted(first)], dtype=object)
-        _MESH.append(Mesh(devices, (AXIS,)))
-    return _MESH[0]
+        STATE.process_mesh = Mesh(devices, (AXIS,))
+    return STATE.process_mesh

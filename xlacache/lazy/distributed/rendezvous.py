@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
+from ..state import STATE
 from . import env
 
-_ROUNDS: dict[str, int] = {}
+_ROUNDS: dict[str, int] = STATE.rounds
 
 
 def rendezvous(tag: str, payload: bytes = b"", replicas: Any = None) -> list[bytes]:

@@ -17,10 +17,11 @@ import jax
 import torch
 
 from ..lowering import x64
+from ..state import STATE
 from ..tensor import LOCK, LazyTensor
 from ..transfer import device_tensor, host_array
 from .mesh import ShardingSpec
-from .placement import STATE, to_global
+from .placement import to_global
 
 
 def to_device_sharded(t: torch.Tensor, spec: ShardingSpec) -> LazyTensor:
@@ -31,7 +32,7 @@ def to_device_sharded(t: torch.Tensor, spec: ShardingSpec) -> LazyTensor:
             f"{tuple(t.shape)} (one partition spec entry per dimension)"
         )
     sharding = spec.sharding(t.dim())
-    STATE["spmd"] = True
+    STATE.spmd = True
     host = host_array(t)
     if spec.minibatch and not sharding.is_fully_addressable:
         with x64():

@@ -27,8 +27,9 @@ from ..distributed import env
 from ..executor import materialize
 from ..graph import DATA
 from ..record import record, value
+from ..state import STATE
 from ..tensor import LOCK, LazyTensor
-from .placement import SHARD, STATE, constraint_code, replicated, to_global
+from .placement import SHARD, constraint_code, replicated, to_global
 
 __all__ = [
     "Mesh",
@@ -53,11 +54,11 @@ def use_spmd(auto: bool = False) -> None:
             "supported; annotate tensors with mark_sharding"
         )
     env.join()
-    STATE["spmd"] = True
+    STATE.spmd = True
 
 
 def is_spmd() -> bool:
-    return bool(STATE["spmd"])
+    return bool(STATE.spmd)
 
 
 def devices() -> list[Any]:
@@ -179,11 +180,11 @@ def get_1d_mesh(axis_name: str | None = None) -> Mesh:
 
 
 def set_global_mesh(mesh: Mesh) -> None:
-    STATE["global_mesh"] = mesh
+    STATE.global_mesh = mesh
 
 
 def get_global_mesh() -> Mesh | None:
-    return STATE["global_mesh"]
+    return STATE.global_mesh
 
 
 def mark_sharding(
@@ -216,7 +217,7 @@ def clear_sharding(t: torch.Tensor) -> torch.Tensor:
 
 
 def _annotate(t: LazyTensor, sharding: NamedSharding) -> None:
-    STATE["spmd"] = True
+    STATE.spmd = True
     with LOCK:
         n, _ = value(t)
         if n.op == DATA:

@@ -27,8 +27,7 @@ from .. import metrics
 from ..distributed.agreement import agree
 from ..graph import Node
 from ..lowering import reg, x64
-
-STATE: dict[str, Any] = {"spmd": False, "global_mesh": None}
+from ..state import STATE
 
 _LIB = torch.library.Library("xlacache", "DEF")
 _LIB.define("shard(Tensor self, str sharding) -> Tensor")
@@ -144,7 +143,7 @@ def graph_inputs(arrays: list[Any], leaves: list[Node], order: list[Node]) -> by
     graph's devices, in ``arrays`` and in their leaf (``ReplicateToMesh`` counts them), and
     the result is an exact digest of every input's placement, for the graph key.
     """
-    if not STATE["spmd"]:
+    if not STATE.spmd:
         return None
     misplaced = [
         j
@@ -182,7 +181,7 @@ def replicated_inputs(arrays: list[Any], scalars: np.ndarray) -> bytes:
 def program_devices(arrays: list[Any], order: list[Node]) -> tuple | None:
     """The devices a graph's program runs on, in the program's order, when SPMD may place it
     (a committed input, a constraint); None for a program on the default device."""
-    if not STATE["spmd"]:
+    if not STATE.spmd:
         return None
     assignment = _assignment(arrays, order)
     if assignment is not None:
