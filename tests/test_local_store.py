@@ -382,3 +382,40 @@ def test_verify_reports_the_temp_file_of_a_killed_writer(tmp_path):
     with LocalStore(root) as s:
         assert s.verify().stale_temp_files == 0  # opening removed it
         assert list((root / "tmp").iterdir()) == []
+
+
+def test_each_cache_counts_its_own_figures(tmp_path):
+    """``CompilationCache.stats()`` is the cache's own (two caches in one process do not mix);
+    the process's ``counters`` get the sum; ``reset`` zeroes the cache's figures only."""
+    one = CompilationCache(LocalStore(tmp_path / "one"))
+    two = CompilationCache(LocalStore(tmp_path / "two"))
+    key = make_key(7)
+
+    def get(cache: CompilationCache) -> str:
+        return cache.get_or_compile(key, lambda: "exe", bytes.decode, str.encode)
+
+    assert get(one) == get(one) == get(two) == "exe"  # one: miss then hit; two: miss
+    a, b = one.stats(), two.stats()
+    assert (a["hits"], a["misses"], a["writes"]) == (1, 1, 1)
+    assert (b["hits"], b["misses"], b["writes"]) == (0, 1, 1)
+    assert a["bytes_read"] > 0 and b["bytes_read"] == 0 and set(a) <= set(counters.FIELDS)
+    figures = counters.snapshot()
+    assert (figures["hits"], figures["misses"], figures["writes"]) == (1, 2, 2)
+    assert one.stats(reset=True)["hits"] == 1 and one.stats()["hits"] == 0
+    assert counters.snapshot()["hits"] == 1
+
+
+def test_a_cache_stats_names_every_figure_it_counts():
+    import ast
+    import inspect
+
+    from xlacache import cache as cache_mod
+
+    counted = {
+        node.args[0].value
+        for node in ast.walk(ast.parse(inspect.getsource(cache_mod)))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", "") == "_count"
+        and isinstance(node.args[0], ast.Constant)
+    }
+    assert counted and counted == set(cache_mod._OWN_FIGURES)

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import enum
 import json
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -27,14 +29,18 @@ from xlacache.stores.base import Store
 from xlacache.stores.leases import LeaseTable
 
 if TYPE_CHECKING:
-    import threading
-
     from xlacache.explain import Explainer
     from xlacache.key import Identity
     from xlacache.signing import TrustedKeys
 
 T = TypeVar("T")
 __all__ = ["CompilationCache", "Compiled", "Outcome", "SingleFlight"]
+# the figures a cache counts itself (``CompilationCache.stats``)
+_OWN_FIGURES = (
+    "hits", "misses", "writes", "remote_hits", "prefetch_hits", "bytes_read", "bytes_written",
+    "compile_seconds", "compile_seconds_saved", "load_seconds",
+    "alias_hits", "alias_misses", "alias_writes",
+)  # fmt: skip
 
 
 class Outcome(str, enum.Enum):
@@ -52,12 +58,6 @@ class Compiled(NamedTuple):
     outcome: Outcome
 
 
-def _count_hit(header: entry.Header, load_seconds: float) -> None:
-    counters.add("hits")
-    counters.add("load_seconds", load_seconds)
-    counters.add("compile_seconds_saved", header.compile_seconds - load_seconds)
-
-
 class CompilationCache:
     """A store plus the rules for using it during compilation.
 
@@ -68,6 +68,9 @@ class CompilationCache:
     sharing the store that miss one key at once compile it once (the store's leases).
     `job` names this process's job: a writer records the keys it uses in the shared
     store's manifest of the job, and `prefetch` fetches the keys recorded there.
+
+    `stats()` gives this cache's own figures (as diskcache's `Cache.stats`); each is also
+    counted in the process's `xlacache.stats()`.
     """
 
     def __init__(
@@ -97,7 +100,29 @@ class CompilationCache:
         self._writers = WriterWatch(single_flight.writer_grace) if single_flight else None
         self._prefetcher = Prefetcher(store, self.readonly, trusted)
         self._remote_only = self._prefetcher.local is None  # hits come from a shared store
+        self._figures: Counter[str] = Counter()
+        self._figures_lock = threading.Lock()
         self._recorder = self._job_recorder()
+
+    def stats(self, reset: bool = False) -> dict[str, float]:
+        """What this cache counted: hits, misses, writes, bytes, compile and load seconds,
+        alias and prefetch hits (every name of `counters.FIELDS` it counts; zero until
+        counted); `reset` starts its figures again from zero (`xlacache.stats()` keeps them)."""
+        with self._figures_lock:
+            figures = {name: self._figures.get(name, 0) for name in _OWN_FIGURES}
+            if reset:
+                self._figures.clear()
+        return figures
+
+    def _count(self, name: str, amount: float = 1) -> None:
+        with self._figures_lock:
+            self._figures[name] += amount
+        counters.add(name, amount)
+
+    def _count_hit(self, header: entry.Header, load_seconds: float) -> None:
+        self._count("hits")
+        self._count("load_seconds", load_seconds)
+        self._count("compile_seconds_saved", header.compile_seconds - load_seconds)
 
     def get_or_compile(
         self,
@@ -147,13 +172,13 @@ class CompilationCache:
             self._note_use(key)
             return Compiled(found.value, Outcome.HIT)
         try:
-            counters.add("misses")
+            self._count("misses")
             if self.explainer is not None and identity is not None:
                 self.explainer.on_miss(identity)
             start = time.perf_counter()
             result = compile()
             seconds = time.perf_counter() - start
-            counters.add("compile_seconds", seconds)
+            self._count("compile_seconds", seconds)
             outcome = Outcome.COMPILED
             keep = not self.readonly and seconds >= self.min_compile_seconds
             if keep and self.save(
@@ -180,7 +205,7 @@ class CompilationCache:
         label = entry.ALIAS_LABEL_PREFIX + label
         stored = self.save(alias, lambda: payload, 0.0, label, platform, dict(entry.ALIAS_CONTEXT))
         if stored:
-            counters.add("alias_writes")
+            self._count("alias_writes")
         return stored
 
     def resolve_alias(
@@ -201,16 +226,16 @@ class CompilationCache:
         """
         record = self._read_alias(alias)
         if record is None:
-            counters.add("alias_misses")
+            self._count("alias_misses")
             return None
         key = record.get("target")
         if not (isinstance(key, str) and is_valid_key(key)):
-            counters.add("alias_misses")
+            self._count("alias_misses")
             return None
         taken = self._prefetcher.take(key)
         found = self._checked(taken.fetched.found).value if taken else self.lookup(key)
         if found is None:  # the target was pruned (or failed)
-            counters.add("alias_misses")
+            self._count("alias_misses")
             return None
         try:
             accept(record, found.header)
@@ -226,18 +251,18 @@ class CompilationCache:
             except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
                 counters.record_error("corrupt" if isinstance(exc, CacheError) else "load", exc)
                 self.discard(key)
-                counters.add("alias_misses")
+                self._count("alias_misses")
                 return None
         try:
             verify(result)
         except Exception as exc:  # noqa: BLE001
             return self._bad_alias(alias, exc)
-        _count_hit(found.header, time.perf_counter() - start)
+        self._count_hit(found.header, time.perf_counter() - start)
         if prefetched:
-            counters.add("prefetch_hits")
+            self._count("prefetch_hits")
         if taken is not None:
             self._count_fetched(taken.fetched)
-        counters.add("alias_hits")
+        self._count("alias_hits")
         self._note_use(key)
         return result
 
@@ -258,7 +283,7 @@ class CompilationCache:
 
     def _bad_alias(self, alias: str, exc: BaseException) -> None:
         counters.record_error("alias", exc)
-        counters.add("alias_misses")
+        self._count("alias_misses")
         self.discard(alias)
 
     def _take_prefetched(
@@ -272,8 +297,8 @@ class CompilationCache:
             return None
         header = taken.fetched.found.header
         if taken.value is not None and header.context == context:
-            counters.add("prefetch_hits")
-            _count_hit(header, time.perf_counter() - start)
+            self._count("prefetch_hits")
+            self._count_hit(header, time.perf_counter() - start)
             found = Lookup(Found.LOADED, taken.value, header.created)
         else:
             found = self._checked(taken.fetched.found)
@@ -285,9 +310,9 @@ class CompilationCache:
 
     def _count_fetched(self, fetched: Fetched) -> None:
         """A prefetched entry a request took: now it is a read, and a use."""
-        counters.add("bytes_read", len(fetched.blob))
+        self._count("bytes_read", len(fetched.blob))
         if fetched.remote:
-            counters.add("remote_hits")
+            self._count("remote_hits")
         try:
             fetched.source.record_hit(fetched.key)
         except Exception as exc:  # noqa: BLE001
@@ -308,7 +333,7 @@ class CompilationCache:
             counters.record_error(exc.kind if isinstance(exc, CacheError) else "load", exc)
             self.discard(key)
             return FAILED
-        _count_hit(found.header, time.perf_counter() - start)
+        self._count_hit(found.header, time.perf_counter() - start)
         return Lookup(Found.LOADED, result, found.header.created)
 
     def _flight(self, key: str, load: Callable[[bytes], T], label: str) -> Flight[T] | None:
@@ -378,9 +403,9 @@ class CompilationCache:
             blob = self.store.get(key)
             if blob is None:
                 return Lookup(Found.ABSENT)
-            counters.add("bytes_read", len(blob))
+            self._count("bytes_read", len(blob))
             if self._remote_only:
-                counters.add("remote_hits")
+                self._count("remote_hits")
             found = entry.decode(blob, key, check_body=False)  # the store verified it
         except Exception as exc:  # noqa: BLE001 - every cache failure is a miss
             counters.record_error(kind_of(exc), exc)
@@ -428,8 +453,8 @@ class CompilationCache:
         except Exception as exc:  # noqa: BLE001
             counters.record_error(kind_of(exc), exc)
             return False
-        counters.add("writes")
-        counters.add("bytes_written", len(blob))
+        self._count("writes")
+        self._count("bytes_written", len(blob))
         return True
 
     def _identity_fields(self, identity: Identity | None) -> dict:
