@@ -123,3 +123,10 @@ def test_jax_internals_we_use_are_still_there():
 
     options = xla_client.CompileOptions()
     assert xla_client.CompileOptions.ParseFromString(options.SerializeAsString()).num_replicas == 1
+    # The lazy runtime's multi-process start-up (xlacache/lazy/distributed/env.py).
+    from jax._src import xla_bridge
+    from jax._src.distributed import global_state
+
+    assert callable(xla_bridge.backends_are_initialized)
+    for name in ("client", "num_processes", "process_id", "coordinator_address"):
+        assert hasattr(global_state, name), name

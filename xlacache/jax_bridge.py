@@ -1,10 +1,11 @@
-"""Every use of JAX internals, in one place.
+"""The cache's uses of JAX internals (with `jax_programs`, which the alias path uses).
 
 xlacache wraps `jax._src.compiler.compile_or_get_cached`, the function through which
 every `jax.jit` compilation passes (pxla calls it as a module attribute). The
 wrapper computes xlacache's own key (`xlacache.key`) rather than JAX's, whose key
 embeds the cache directory, then asks `CompilationCache.get_or_compile`.
-`tests/test_jax_bridge.py` fails loudly when JAX changes any of what this uses.
+`tests/test_jax_cache.py::test_jax_internals_we_use_are_still_there` fails loudly when JAX
+changes what this uses (and what the lazy runtime's `lazy/distributed/env.py` uses).
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ def key_inputs(backend, computation, devices, compile_options) -> KeyInputs:
         platform=backend.platform,
         platform_version=backend.platform_version,
         device_kinds=tuple(d.device_kind for d in devices.flat),
-        topology=_topology(backend, devices),
-        xla_flags=codegen_flags(_xla_flags()),
+        topology=topology_of(backend, devices),
+        xla_flags=codegen_flags(xla_flags_in_env()),
     )
 
 
@@ -265,7 +266,7 @@ def _normalized_options(compile_options, platform: str) -> bytes:
     return options.SerializeAsString()
 
 
-def _topology(backend, devices) -> str:
+def topology_of(backend, devices) -> str:
     """The job's topology, the same on every process of a multi-process job.
 
     Every global device (id, process, kind, and chip coordinates where the platform has
@@ -402,7 +403,7 @@ def _module_text(computation) -> str:
         return module.get_asm(enable_debug_info=False, large_elements_limit=32)
 
 
-def _xla_flags() -> list[str]:
+def xla_flags_in_env() -> list[str]:
     flags = os.environ.get("XLA_FLAGS", "").split()
     flags += os.environ.get("LIBTPU_INIT_ARGS", "").split()
     flags += [arg for arg in sys.argv if arg.startswith("--xla")]

@@ -63,8 +63,8 @@ def environment(devices: Sequence[Any] | None = None) -> Environment:
         platform=backend.platform,
         platform_version=backend.platform_version,
         device_kinds=tuple(d.device_kind for d in devices),
-        topology=jax_bridge._topology(backend, _device_array(devices)),
-        xla_flags=codegen_flags(jax_bridge._xla_flags()),
+        topology=jax_bridge.topology_of(backend, _device_array(devices)),
+        xla_flags=codegen_flags(jax_bridge.xla_flags_in_env()),
     )
     frontend = [f"jax {jax.__version__}", f"jaxlib {jaxlib_version}", f"python {sys.version}"]
     frontend += [f"{name}={_encode(value)}" for name, value in sorted(_config_values().items())]

@@ -238,3 +238,9 @@ def test_fast_routes_agree_with_the_slow_dispatch(monkeypatch):
         STATE.routes.clear()  # routes to the patched handlers
         STATE.routes_version = -1
     assert checked > 500, checked
+
+
+def test_the_reset_snippet_of_docs_lazy_runs():
+    from tests.docsutil import section_block
+
+    exec(section_block("docs/lazy.md", "Resetting the runtime", "python").text, {})  # noqa: S102
