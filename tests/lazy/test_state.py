@@ -189,22 +189,24 @@ def _first_action(fn, func) -> tuple:
 
 def _all_ops() -> list:
     ops = set(LOWERINGS) | set(dispatch_mod.SPECIAL)
-    for name in dir(aten):
-        packet = getattr(aten, name, None)
-        if not isinstance(packet, torch._ops.OpOverloadPacket):
-            continue
-        for ov in packet.overloads():
-            ops.add(getattr(packet, ov))
+    for namespace in (torch.ops.aten, torch.ops.prims):
+        for name in dir(namespace):
+            packet = getattr(namespace, name, None)
+            if not isinstance(packet, torch._ops.OpOverloadPacket):
+                continue
+            for ov in packet.overloads():
+                ops.add(getattr(packet, ov))
     return sorted(ops, key=str)
 
 
 def test_fast_routes_agree_with_the_slow_dispatch(monkeypatch):
-    """For every aten overload (a superset of the ops the OpInfo suite runs) and every op with a
-    lowering or a special handler, the route ``dispatch`` caches takes the op where
-    ``_dispatch_slow`` takes it: the same special handler, the same op recorded (an in-place
-    op: its functional op), the same CPU-autocast check. A route depends on the op alone
-    (``_dispatch_slow`` looks at arguments only for ops the fast route sends to it), so each op
-    is dispatched once on a dummy argument, and the first action raises before any work."""
+    """For every aten and prims overload (a superset of the ops the OpInfo suite runs) and
+    every op with a lowering or a special handler, the route ``dispatch`` caches takes the op
+    where ``_dispatch_slow`` takes it: the same special handler, the same op recorded (an
+    in-place op: its functional op), the same CPU-autocast check. A route depends on the op
+    alone (``_dispatch_slow`` looks at arguments only for ops the fast route sends to it), so
+    each op is dispatched once on a dummy argument, and the first action raises before any
+    work."""
     fast = dispatch_mod.dispatch
     warned: list[Any] = []
 
