@@ -16,7 +16,9 @@ number if forgotten (fields marked ``KEEP``): live tensors and their identifying
 cross-process sequence numbers (every process must keep counting alike), SPMD's latch and
 global mesh (graph keys cover placements once SPMD is in use), and the step-closure thread.
 Pure memo tables of exact values (op and aval codes, leaf digests, encodings of named
-values, sharding codes) stay in their modules: they hold nothing a program can observe.
+values, sharding codes, functional ops) stay in their modules: they hold nothing a program can
+observe; so do the counters that must only grow (tensors' creation order, toposort's visit
+marks: a restart could confuse a live tensor or node with a new one).
 """
 
 from __future__ import annotations
