@@ -155,9 +155,9 @@ def test_xla_autocast_follows_the_policy():
 def test_cpu_autocast_on_device_tensors_warns():
     lin = torch.nn.Linear(8, 4).to(dev)
     x = torch.randn(3, 8).to(dev)
-    from xlacache.lazy import autocast as ac
+    from xlacache.lazy.state import STATE
 
-    ac._warned[0] = False
+    STATE.warned_cpu_autocast = False
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with torch.autocast("xla"), torch.autocast("cpu", dtype=torch.bfloat16):
