@@ -105,3 +105,42 @@ def test_environment_configures_the_cache_torch_xla_names_too(tmp_path):
     assert first["stats"]["writes"] >= 1 and (tmp_path / "tx" / "XLACACHE").exists()
     second = run_json(code, env={"XLACACHE_DIR": str(tmp_path / "tx"), "XLACACHE_READONLY": "1"})
     assert second["stats"]["misses"] == 0 and second["stats"]["writes"] == 0
+
+
+def test_an_entry_jax_cannot_load_is_counted_explained_and_replaced(tmp_path):
+    """A verified entry whose executable JAX's loader rejects (jax#38445): one error
+    counted and explained, the program compiled once and stored over it, then hits."""
+    from xlacache.explain import MISS_LOG
+
+    cold = run(tmp_path / "c")
+    store = LocalStore(tmp_path / "c")
+    info = next(i for i in store.list() if i.label == "jit_step")
+    path = store.entry_path(info.key)
+    header = entry.decode(path.read_bytes(), info.key).header
+    path.write_bytes(
+        entry.encode(
+            info.key,
+            b"not an executable" * 64,  # framing, header and checksums all valid
+            compile_seconds=header.compile_seconds,
+            label=header.label,
+            platform_name=header.platform,
+            context=header.context,
+            components=header.components,
+            summary=header.summary,
+        )
+    )
+    entry.decode(path.read_bytes(), info.key)  # the store verifies it: only JAX rejects it
+    second = run(tmp_path / "c", {"explain": True})
+    stats = second["stats"]
+    assert stats["errors"] == {"load_rejected": 1}, stats["errors"]
+    assert stats["misses"] == 1 and stats["writes"] == 1
+    assert stats["hits"] == cold["stats"]["misses"] - 1
+    assert stats["misses_by_reason"] == {"load_rejected": 1}
+    assert len(second["warnings"]) == 1 and "rejected" in second["warnings"][0]
+    assert second["loss"] == cold["loss"]
+    (record,) = [json.loads(line) for line in (tmp_path / "c" / MISS_LOG).read_text().splitlines()]
+    assert record["reason"] == "load_rejected" and record["key"] == info.key
+    assert "rejected" in record["note"]
+    third = run(tmp_path / "c")
+    assert third["stats"]["misses"] == 0 and third["stats"]["errors"] == {}
+    assert third["stats"]["hits"] == cold["stats"]["misses"] and third["loss"] == cold["loss"]

@@ -58,6 +58,12 @@ def _count_hit(header: entry.Header, load_seconds: float) -> None:
     counters.add("compile_seconds_saved", header.compile_seconds - load_seconds)
 
 
+_REJECTED = (
+    "xlacache: JAX's loader rejected {what} ({exc}); compiling it and replacing the entry. "
+    "Further rejections are counted in xlacache.stats()['errors']['load_rejected']."
+)
+
+
 class CompilationCache:
     """A store plus the rules for using it during compilation.
 
@@ -98,6 +104,7 @@ class CompilationCache:
         self._prefetcher = Prefetcher(store, self.readonly, trusted)
         self._remote_only = self._prefetcher.local is None  # hits come from a shared store
         self._recorder = self._job_recorder()
+        self._rejected: dict[str, str] = {}  # key -> why JAX's loader rejected its entry
 
     def get_or_compile(
         self,
@@ -146,16 +153,20 @@ class CompilationCache:
         if found.found is Found.LOADED:
             self._note_use(key)
             return Compiled(found.value, Outcome.HIT)
+        rejected = self._rejected.pop(key, None)
         try:
             counters.add("misses")
             if self.explainer is not None and identity is not None:
-                self.explainer.on_miss(identity)
+                self.explainer.on_miss(identity, rejected=rejected)
             start = time.perf_counter()
             result = compile()
             seconds = time.perf_counter() - start
             counters.add("compile_seconds", seconds)
             outcome = Outcome.COMPILED
             keep = not self.readonly and seconds >= self.min_compile_seconds
+            if keep and rejected is not None:
+                serialize = self._replacement(key, result, serialize, load, label)
+                keep = serialize is not None
             if keep and self.save(
                 key, lambda: serialize(result), seconds, label, platform, context, identity,
                 publish=lease is not None,
@@ -224,7 +235,9 @@ class CompilationCache:
             try:
                 result = load_entry(found)
             except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
-                counters.record_error("corrupt" if isinstance(exc, CacheError) else "load", exc)
+                counters.record_error(
+                    "corrupt" if isinstance(exc, CacheError) else "load_rejected", exc
+                )
                 self.discard(key)
                 counters.add("alias_misses")
                 return None
@@ -304,12 +317,32 @@ class CompilationCache:
         start = time.perf_counter()
         try:
             result = load(found.payload())
-        except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
-            counters.record_error(exc.kind if isinstance(exc, CacheError) else "load", exc)
+        except CacheError as exc:
+            counters.record_error(exc.kind, exc)
             self.discard(key)
+            return FAILED
+        except Exception as exc:  # noqa: BLE001 - JAX's loader rejected a verified entry
+            what = f"the stored executable of {found.header.label or '?'} {key[:12]}"
+            counters.record_error("load_rejected", exc, _REJECTED.format(what=what, exc=exc))
+            self._rejected[key] = " ".join(str(exc).split())[:300]
             return FAILED
         _count_hit(found.header, time.perf_counter() - start)
         return Lookup(Found.LOADED, result, found.header.created)
+
+    def _replacement(
+        self, key: str, result: T, serialize: Callable[[T], bytes], load, label: str
+    ) -> Callable[[T], bytes] | None:
+        """What stores the fresh executable over an entry JAX's loader rejected, if it
+        loads (None: storing an executable this jaxlib cannot load repeats the rejection)."""
+        try:
+            payload = serialize(result)
+            load(payload)
+        except Exception as exc:  # noqa: BLE001 - counted in errors["unloadable"]
+            why = f"xlacache: this jaxlib cannot load its executable of {label} ({exc}); not stored"
+            counters.record_error("unloadable", exc, why)
+            return None
+        self.discard(key)
+        return lambda _: payload
 
     def _flight(self, key: str, load: Callable[[bytes], T], label: str) -> Flight[T] | None:
         """A single-flight for a missed key, or None (single-flight off, or no leases)."""
