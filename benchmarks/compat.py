@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")
-TESTS = ("test_jax_internals.py", "test_jax_cache.py", "test_key.py")
+TESTS = ("test_jax_internals.py", "test_jax_cache.py", "test_key.py", "test_load_rejected.py")
 HELPERS = ("conftest.py", "test_local_store.py")  # what those tests import
 STEP_TIMEOUT = 900
 
