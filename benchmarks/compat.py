@@ -29,8 +29,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")
-TESTS = ("test_jax_internals.py", "test_jax_cache.py", "test_key.py", "test_load_rejected.py")
-HELPERS = ("conftest.py", "test_local_store.py")  # what those tests import
+TESTS = (
+    "test_jax_internals.py",
+    "test_jax_cache.py",
+    "test_key.py",
+    "test_load_rejected.py",
+    "server/test_jax_remote.py",  # JAX programs through a real `xlacache serve`
+)
+HELPERS = ("conftest.py", "test_local_store.py", "server/conftest.py", "server/srvutil.py")
 STEP_TIMEOUT = 900
 
 # A small MLP trained for three steps: every loss and the final weights, exactly.
@@ -79,6 +85,7 @@ class Row:
     version: str
     resolved: str = "-"
     tests: str = "-"
+    cli: str = "-"
     cold: str = "-"
     warm: str = "-"
     equal: str = "-"
@@ -90,14 +97,16 @@ class Row:
         return not self.problems
 
     def markdown(self) -> str:
-        cells = [self.version, self.resolved, self.tests, self.cold, self.warm, self.equal]
+        cells = [self.version, self.resolved, self.tests, self.cli, self.cold, self.warm]
+        cells.append(self.equal)
         cells += [f"{self.seconds:.0f}", "ok" if self.ok else "; ".join(self.problems)]
         return "| " + " | ".join(cells) + " |"
 
 
 HEADER = (
-    "| jax, jaxlib | pip resolves | JAX-side tests | cold compiles | warm compiles "
-    "| equal results | seconds | status |\n| --- | --- | --- | --- | --- | --- | --- | --- |"
+    "| jax, jaxlib | pip resolves | JAX-side tests | CLI | cold compiles | warm compiles "
+    "| equal results | seconds | status |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 )
 
 
@@ -119,8 +128,8 @@ def build_wheel(into: Path) -> Path:
 
 def test_copy(into: Path) -> Path:
     """The JAX-side tests and their helpers, outside the repository."""
-    (into / "tests").mkdir(parents=True)
     for name in TESTS + HELPERS:
+        (into / "tests" / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "tests" / name, into / "tests" / name)
     (into / "pytest.ini").write_text("[pytest]\ntimeout = 600\naddopts = -ra\n")
     return into
@@ -170,6 +179,10 @@ def check_version(version: str, wheel: Path, work: Path, keep: bool) -> Row:
             row.problems.append("results differ")
         if cold["errors"] or warm["errors"]:
             row.problems.append(f"cache errors {cold['errors']} {warm['errors']}")
+        cli = str(venv / "bin" / "xlacache")
+        entries = json.loads(run([cli, "stats", str(cache), "--json"]))["entries"]
+        run([cli, "verify", str(cache)])
+        row.cli = f"stats, verify: {entries} entries"
     except subprocess.TimeoutExpired as exc:
         row.problems.append(f"timed out: {' '.join(map(str, exc.cmd))[:80]}")
     except subprocess.CalledProcessError as exc:
