@@ -68,3 +68,16 @@ def test_lazy_runtime_names_the_jax_it_needs():
     assert jax_too_old("0.10.2", "0.10.0", "xlacache.lazy") is None
     assert jax_too_old("0.9.0.1", "0.10.0", "x") is not None
     assert jax_too_old("0.11.0.dev20270101", "0.10.0", "x") is None
+
+
+def test_the_table_reads_through_our_own_wrapper(tmp_path):
+    """Installed, compile_or_get_cached is xlacache's: the check still sees JAX's."""
+    from jax._src import compiler
+
+    import xlacache
+
+    xlacache.initialize_cache(tmp_path / "c")
+    assert compiler.compile_or_get_cached is jax_bridge._compile_or_get_cached
+    jax_bridge.check_compatible()
+    assert float(jax.jit(lambda x: x * 5)(2.0)) == 10.0
+    assert xlacache.stats()["writes"] == 1

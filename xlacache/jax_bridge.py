@@ -172,7 +172,8 @@ def install(cache: CompilationCache, prefetch: int = 0) -> None:
     if _original is None:
         _original = compiler.compile_or_get_cached
         _signature = inspect.signature(_original)
-        compiler.compile_or_get_cached = _compile_or_get_cached
+        _compile_or_get_cached.__wrapped__ = _original  # type: ignore[attr-defined]
+        compiler.compile_or_get_cached = _compile_or_get_cached  # (INTERNALS reads through)
     if prefetch > 0:
         cache.prefetch(load_entry, ready=_backend_ready, limit=prefetch)
 
@@ -183,6 +184,7 @@ def uninstall() -> None:
         _compiler().compile_or_get_cached = _original
     _original = None
     _signature = None
+    _compile_or_get_cached.__dict__.pop("__wrapped__", None)
     _cache = None
 
 
