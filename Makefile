@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint proto docs bench clean
+.PHONY: venv demo test lint proto docs bench compat clean
 
 venv: $(STAMP)
 
@@ -38,6 +38,12 @@ bench: venv
 	$(PY) benchmarks/jax_gpt.py
 	$(PY) benchmarks/lazy_gpt.py
 	$(PY) benchmarks/remote_vs_redis.py
+
+# The JAX compatibility matrix (docs/compat.md): a throwaway venv per supported JAX
+# version under /tmp, the project installed with pip, JAX-side tests, cold/warm train step.
+# COMPAT_VERSIONS="0.6.2 0.10.2" for a subset.
+compat: venv
+	$(PY) benchmarks/compat.py $(if $(COMPAT_VERSIONS),--versions $(COMPAT_VERSIONS))
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

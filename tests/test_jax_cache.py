@@ -4,7 +4,7 @@ import json
 
 from tests.conftest import JAX_PROGRAM, run_json
 from tests.test_local_store import readonly_mount_prefix
-from xlacache import entry, jax_bridge
+from xlacache import entry
 from xlacache.stores.local import LocalStore
 
 
@@ -107,26 +107,40 @@ def test_environment_configures_the_cache_torch_xla_names_too(tmp_path):
     assert second["stats"]["misses"] == 0 and second["stats"]["writes"] == 0
 
 
-def test_jax_internals_we_use_are_still_there():
-    """Fails loudly when a JAX upgrade moves what xlacache hooks into."""
-    jax_bridge.check_compatible()
-    from jax._src import compiler
-    from jax._src.interpreters import pxla
+def test_an_entry_jax_cannot_load_is_counted_explained_and_replaced(tmp_path):
+    """A verified entry whose executable JAX's loader rejects (jax#38445): one error
+    counted and explained, the program compiled once and stored over it, then hits."""
+    from xlacache.explain import MISS_LOG
 
-    with open(pxla.__file__) as f:
-        source = f.read()
-    assert "compiler.compile_or_get_cached(" in source, "pxla no longer calls it via the module"
-    assert callable(compiler.backend_compile_and_load)
-    # The key's machine component and the readable compile options (see jax_bridge).
-    assert jax_bridge._cpu_machine() != ""
-    from jax._src.lib import xla_client
-
-    options = xla_client.CompileOptions()
-    assert xla_client.CompileOptions.ParseFromString(options.SerializeAsString()).num_replicas == 1
-    # The lazy runtime's multi-process start-up (xlacache/lazy/distributed/env.py).
-    from jax._src import xla_bridge
-    from jax._src.distributed import global_state
-
-    assert callable(xla_bridge.backends_are_initialized)
-    for name in ("client", "num_processes", "process_id", "coordinator_address"):
-        assert hasattr(global_state, name), name
+    cold = run(tmp_path / "c")
+    store = LocalStore(tmp_path / "c")
+    info = next(i for i in store.list() if i.label == "jit_step")
+    path = store.entry_path(info.key)
+    header = entry.decode(path.read_bytes(), info.key).header
+    path.write_bytes(
+        entry.encode(
+            info.key,
+            b"not an executable" * 64,  # framing, header and checksums all valid
+            compile_seconds=header.compile_seconds,
+            label=header.label,
+            platform_name=header.platform,
+            context=header.context,
+            components=header.components,
+            summary=header.summary,
+        )
+    )
+    entry.decode(path.read_bytes(), info.key)  # the store verifies it: only JAX rejects it
+    second = run(tmp_path / "c", {"explain": True})
+    stats = second["stats"]
+    assert stats["errors"] == {"load_rejected": 1}, stats["errors"]
+    assert stats["misses"] == 1 and stats["writes"] == 1
+    assert stats["hits"] == cold["stats"]["misses"] - 1
+    assert stats["misses_by_reason"] == {"load_rejected": 1}
+    assert len(second["warnings"]) == 1 and "rejected" in second["warnings"][0]
+    assert second["loss"] == cold["loss"]
+    (record,) = [json.loads(line) for line in (tmp_path / "c" / MISS_LOG).read_text().splitlines()]
+    assert record["reason"] == "load_rejected" and record["key"] == info.key
+    assert "rejected" in record["note"]
+    third = run(tmp_path / "c")
+    assert third["stats"]["misses"] == 0 and third["stats"]["errors"] == {}
+    assert third["stats"]["hits"] == cold["stats"]["misses"] and third["loss"] == cold["loss"]

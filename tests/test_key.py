@@ -122,7 +122,8 @@ labels = [i.label for i in LocalStore(sys.argv[1]).list()]
 print(json.dumps(labels))
 """
     labels = run_json(program, str(tmp_path / "c"))
-    assert labels.count("jit__lambda") == 2
+    # jax < 0.7 names a lambda's module jit__lambda_, later jit__lambda
+    assert sum(label.rstrip("_") == "jit__lambda" for label in labels) == 2, labels
 
 
 def test_key_inputs_extracted_from_jax(tmp_path):

@@ -58,6 +58,12 @@ class Compiled(NamedTuple):
     outcome: Outcome
 
 
+_REJECTED = (
+    "xlacache: JAX's loader rejected {what} ({exc}); compiling it and replacing the entry. "
+    "Further rejections are counted in xlacache.stats()['errors']['load_rejected']."
+)
+
+
 class CompilationCache:
     """A store plus the rules for using it during compilation.
 
@@ -103,6 +109,7 @@ class CompilationCache:
         self._figures: Counter[str] = Counter()
         self._figures_lock = threading.Lock()
         self._recorder = self._job_recorder()
+        self._rejected: dict[str, str] = {}  # key -> why JAX's loader rejected its entry
 
     def stats(self, reset: bool = False) -> dict[str, float]:
         """What this cache counted: hits, misses, writes, bytes, compile and load seconds,
@@ -171,16 +178,20 @@ class CompilationCache:
         if found.found is Found.LOADED:
             self._note_use(key)
             return Compiled(found.value, Outcome.HIT)
+        rejected = self._rejected.pop(key, None)
         try:
             self._count("misses")
             if self.explainer is not None and identity is not None:
-                self.explainer.on_miss(identity)
+                self.explainer.on_miss(identity, rejected=rejected)
             start = time.perf_counter()
             result = compile()
             seconds = time.perf_counter() - start
             self._count("compile_seconds", seconds)
             outcome = Outcome.COMPILED
             keep = not self.readonly and seconds >= self.min_compile_seconds
+            if keep and rejected is not None:
+                serialize = self._replacement(key, result, serialize, load, label)
+                keep = serialize is not None
             if keep and self.save(
                 key, lambda: serialize(result), seconds, label, platform, context, identity,
                 publish=lease is not None,
@@ -249,7 +260,9 @@ class CompilationCache:
             try:
                 result = load_entry(found)
             except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
-                counters.record_error("corrupt" if isinstance(exc, CacheError) else "load", exc)
+                counters.record_error(
+                    "corrupt" if isinstance(exc, CacheError) else "load_rejected", exc
+                )
                 self.discard(key)
                 self._count("alias_misses")
                 return None
@@ -329,12 +342,32 @@ class CompilationCache:
         start = time.perf_counter()
         try:
             result = load(found.payload())
-        except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
-            counters.record_error(exc.kind if isinstance(exc, CacheError) else "load", exc)
+        except CacheError as exc:
+            counters.record_error(exc.kind, exc)
             self.discard(key)
+            return FAILED
+        except Exception as exc:  # noqa: BLE001 - JAX's loader rejected a verified entry
+            what = f"the stored executable of {found.header.label or '?'} {key[:12]}"
+            counters.record_error("load_rejected", exc, _REJECTED.format(what=what, exc=exc))
+            self._rejected[key] = " ".join(str(exc).split())[:300]
             return FAILED
         self._count_hit(found.header, time.perf_counter() - start)
         return Lookup(Found.LOADED, result, found.header.created)
+
+    def _replacement(
+        self, key: str, result: T, serialize: Callable[[T], bytes], load, label: str
+    ) -> Callable[[T], bytes] | None:
+        """What stores the fresh executable over an entry JAX's loader rejected, if it
+        loads (None: storing an executable this jaxlib cannot load repeats the rejection)."""
+        try:
+            payload = serialize(result)
+            load(payload)
+        except Exception as exc:  # noqa: BLE001 - counted in errors["unloadable"]
+            why = f"xlacache: this jaxlib cannot load its executable of {label} ({exc}); not stored"
+            counters.record_error("unloadable", exc, why)
+            return None
+        self.discard(key)
+        return lambda _: payload
 
     def _flight(self, key: str, load: Callable[[bytes], T], label: str) -> Flight[T] | None:
         """A single-flight for a missed key, or None (single-flight off, or no leases)."""

@@ -342,10 +342,16 @@ class Explainer:
         self.reporters = tuple(reporters)
         self._report_limit = RateLimiter(Rate(REPORTS_PER_SECOND, REPORT_BURST))
 
-    def on_miss(self, identity: Identity) -> Explanation | None:
-        """Explain, log, count and record a miss; never raises."""
+    def on_miss(self, identity: Identity, rejected: str | None = None) -> Explanation | None:
+        """Explain, log, count and record a miss; never raises. `rejected`: the key's
+        entry was found but JAX's loader rejected it, for this reason."""
         try:
-            found = explain(self.store, Side.of_identity(identity), self.max_candidates)
+            side = Side.of_identity(identity)
+            if rejected is not None:
+                note = f"JAX's loader rejected the stored executable ({rejected}); replaced"
+                found = Explanation(side.key, side.label, "load_rejected", note=note)
+            else:
+                found = explain(self.store, side, self.max_candidates)
         except Exception as exc:  # noqa: BLE001 - explaining must never cost the compile
             counters.record_error("explain", exc)
             return None

@@ -4,8 +4,9 @@ xlacache wraps `jax._src.compiler.compile_or_get_cached`, the function through w
 every `jax.jit` compilation passes (pxla calls it as a module attribute). The
 wrapper computes xlacache's own key (`xlacache.key`) rather than JAX's, whose key
 embeds the cache directory, then asks `CompilationCache.get_or_compile`.
-`tests/test_jax_cache.py::test_jax_internals_we_use_are_still_there` fails loudly when JAX
-changes what this uses (and what the lazy runtime's `lazy/distributed/env.py` uses).
+Every internal used is a row of `INTERNALS`, its arguments bound by name;
+`tests/test_jax_internals.py` fails loudly, row by row, when JAX moves one (the lazy
+runtime's `lazy/distributed/env.py` uses are rows too).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import base64
 import contextlib
 import copy
 import functools
+import hashlib
+import importlib
 import inspect
 import io
 import json
@@ -22,22 +25,15 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from xlacache import counters
 from xlacache.cache import CompilationCache
 from xlacache.key import Identity, KeyInputs, affects_codegen, codegen_flags
 
-# The parameters of compile_or_get_cached this wrapper relies on, in order.
-EXPECTED_PARAMETERS = (
-    "backend",
-    "computation",
-    "devices",
-    "compile_options",
-    "host_callbacks",
-    "executable_devices",
-)
-
 _original = None
+_signature: inspect.Signature | None = None  # the original compile_or_get_cached's
 _cache: CompilationCache | None = None
 _captures = threading.local()  # see capture()
 _topologies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # backend -> topology
@@ -49,20 +45,114 @@ def _compiler():
     return compiler
 
 
-def check_compatible() -> None:
-    """Raise RuntimeError naming what changed if JAX no longer has the hooks we use."""
-    from jax._src.lib import version_str  # noqa: F401
-    from jax._src.lib.mlir import ir, passmanager  # noqa: F401
+@dataclass(frozen=True)
+class Internal:
+    """A JAX internal the cache uses: ``module.name`` (``Client.method`` for a method of
+    a backend), with the parameters bound by name (``parameters``: each must exist)."""
 
-    compiler = _compiler()
-    target = getattr(compiler, "compile_or_get_cached", None)
-    target = getattr(target, "__wrapped__", target)
-    if target is None or not hasattr(compiler, "backend_compile_and_load"):
-        raise RuntimeError("jax._src.compiler lost compile_or_get_cached/backend_compile_and_load")
-    params = tuple(inspect.signature(target).parameters)[: len(EXPECTED_PARAMETERS)]
-    if params != EXPECTED_PARAMETERS:
+    module: str
+    name: str
+    parameters: tuple[str, ...] = ()
+
+    def resolve(self) -> Any:
+        """The object, or AttributeError/ImportError naming what is missing."""
+        target: Any = importlib.import_module(self.module)
+        for part in self.name.split("."):
+            target = getattr(target, part)
+        return target
+
+    def problem(self) -> str | None:
+        """What is wrong with it in this JAX (None: present, with every parameter)."""
+        try:
+            target = self.resolve()
+        except (ImportError, AttributeError) as exc:
+            return f"{self.module}.{self.name} is gone ({exc})"
+        if not self.parameters:
+            return None
+        have = parameters_of(getattr(target, "__wrapped__", target))
+        missing = [p for p in self.parameters if p not in have]
+        if missing:
+            return f"{self.module}.{self.name} takes {have}, lacking {missing}"
+        return None
+
+
+_COMPILE_PARAMETERS = (
+    "backend",
+    "computation",
+    "devices",
+    "compile_options",
+    "host_callbacks",
+    "executable_devices",
+)
+
+# Every JAX internal the cache (this module and `jax_programs`) uses, with the parameters
+# it binds by name. `check_compatible` and tests/test_jax_internals.py (one tripwire each)
+# read this table; supported: jax/jaxlib 0.6.2 to 0.10.x (docs/compat.md).
+INTERNALS = (
+    Internal("jax._src.compiler", "compile_or_get_cached", _COMPILE_PARAMETERS),
+    Internal(
+        "jax._src.lib",
+        "xla_client.Client.deserialize_executable",
+        ("serialized", "executable_devices", "compile_options"),
+    ),
+    Internal("jax._src.lib", "xla_client.Client.serialize_executable"),
+    Internal("jax._src.lib", "xla_client.make_cpu_client", ("num_devices",)),
+    Internal("jax._src.lib", "xla_client.get_topology_for_devices"),
+    Internal("jax._src.lib", "xla_client.CompileOptions.ParseFromString"),
+    Internal("jax._src.lib", "xla_client.DeviceAssignment.create"),
+    Internal("jax._src.lib", "xla_client.DeviceList"),
+    Internal("jax._src.lib", "xla_client.XlaComputation"),
+    Internal("jax._src.lib", "xla_client.HloSharding.from_proto"),
+    Internal("jax._src.lib", "version_str"),
+    Internal("jax._src.lib.mlir", "ir.StringAttr"),
+    Internal("jax._src.lib.mlir", "passmanager.PassManager.parse"),
+    Internal("jax._src.xla_bridge", "get_backend"),
+    Internal("jax._src.xla_bridge", "backends_are_initialized"),
+    Internal("jax._src.distributed", "global_state"),
+    Internal("jax._src.config", "default_device"),
+    Internal("jax._src.config", "config_states"),
+    Internal(
+        "jax._src.array",
+        "ArrayImpl.__init__",
+        ("aval", "sharding", "arrays", "committed", "_skip_checks"),
+    ),
+)
+
+
+def parameters_of(function: Any) -> tuple[str, ...]:
+    """Parameter names of a Python function, or of a native one from the signature line
+    nanobind writes first in its docstring (``name(self, a: T, b: T = x, /) -> R``)."""
+    try:
+        return tuple(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        pass
+    line = (getattr(function, "__doc__", None) or "").split("\n", 1)[0]
+    start = line.find("(")
+    if start < 0:
+        return ()
+    names, depth, token = [], 0, ""
+    for char in line[start + 1 :]:
+        if char in "([" or (char == ")" and depth > 0) or char == "]":
+            depth += 1 if char in "([" else -1
+        elif char == ")" or (char == "," and depth == 0):
+            names.append(token.split(":")[0].split("=")[0].strip())
+            token = ""
+            if char == ")":
+                break
+            continue
+        token += char
+    return tuple(n for n in names if n and n not in ("self", "/", "*"))
+
+
+def check_compatible() -> None:
+    """Raise RuntimeError naming what changed if JAX no longer has the internals we use."""
+    import jax
+
+    problems = [p for p in (i.problem() for i in INTERNALS) if p is not None]
+    if problems:
         raise RuntimeError(
-            f"compile_or_get_cached now takes {params}, expected {EXPECTED_PARAMETERS}"
+            f"xlacache supports jax 0.6.2 to 0.10.x; in jax {jax.__version__}: "
+            + "; ".join(problems)
         )
 
 
@@ -72,7 +162,7 @@ def install(cache: CompilationCache, prefetch: int = 0) -> None:
     With prefetch > 0, up to that many of the most recently used executables are
     loaded in the background as soon as JAX's backend is up.
     """
-    global _original, _cache
+    global _original, _signature, _cache
     try:
         check_compatible()
     except Exception as exc:  # noqa: BLE001 - an incompatible JAX compiles uncached
@@ -82,16 +172,20 @@ def install(cache: CompilationCache, prefetch: int = 0) -> None:
     compiler = _compiler()
     if _original is None:
         _original = compiler.compile_or_get_cached
-        compiler.compile_or_get_cached = _compile_or_get_cached
+        _signature = inspect.signature(_original)
+        _compile_or_get_cached.__wrapped__ = _original  # type: ignore[attr-defined]
+        compiler.compile_or_get_cached = _compile_or_get_cached  # (INTERNALS reads through)
     if prefetch > 0:
         cache.prefetch(load_entry, ready=_backend_ready, limit=prefetch)
 
 
 def uninstall() -> None:
-    global _original, _cache
+    global _original, _signature, _cache
     if _original is not None:
         _compiler().compile_or_get_cached = _original
     _original = None
+    _signature = None
+    _compile_or_get_cached.__dict__.pop("__wrapped__", None)
     _cache = None
 
 
@@ -143,18 +237,23 @@ def module_name(computation) -> str:
     return ir.StringAttr(computation.operation.attributes["sym_name"]).value
 
 
-def _compile_or_get_cached(
-    backend, computation, devices, compile_options, host_callbacks, executable_devices, *args, **kw
-):
+def _compile_or_get_cached(*args: Any, **kwargs: Any) -> Any:
+    """JAX's compile_or_get_cached through the cache; its arguments are bound by name
+    (`INTERNALS` lists the ones used), whatever their order in this JAX."""
     original = _original
     cache = _cache
 
     def compile_():
-        return original(
-            backend, computation, devices, compile_options, host_callbacks,
-            executable_devices, *args, **kw,
-        )  # fmt: skip
+        return original(*args, **kwargs)
 
+    if original is None or _signature is None:  # uninstalled meanwhile
+        return _compiler().compile_or_get_cached(*args, **kwargs)
+    bound = _signature.bind(*args, **kwargs)
+    bound.apply_defaults()
+    named = bound.arguments
+    backend, computation = named["backend"], named["computation"]
+    devices, compile_options = named["devices"], named["compile_options"]
+    host_callbacks, executable_devices = named["host_callbacks"], named["executable_devices"]
     if cache is None or host_callbacks or not _serializable(backend):
         return compile_()
     try:
@@ -165,10 +264,8 @@ def _compile_or_get_cached(
     result, outcome = cache.get_or_compile_outcome(
         ident.key,
         compile=compile_,
-        load=lambda payload: backend.deserialize_executable(
-            payload, executable_devices, compile_options
-        ),
-        serialize=lambda executable: executable.serialize(),
+        load=lambda payload: _deserialize(backend, payload, executable_devices, compile_options),
+        serialize=backend.serialize_executable,
         label=ident.label,
         platform=backend.platform,
         context=load_context(compile_options, executable_devices),
@@ -215,7 +312,13 @@ def load_entry(found):
     options = xla_client.CompileOptions.ParseFromString(
         base64.b64decode(context["compile_options"])
     )
-    return backend.deserialize_executable(found.payload(), devices, options)
+    return _deserialize(backend, found.payload(), devices, options)
+
+
+def _deserialize(backend, payload: bytes, executable_devices, compile_options):
+    return backend.deserialize_executable(
+        payload, executable_devices=executable_devices, compile_options=compile_options
+    )
 
 
 def _backend_ready() -> bool:
@@ -305,7 +408,7 @@ def _machine(backend, devices) -> str:
         with contextlib.suppress(Exception):  # else the local topology: exact, per process
             return _cpu_machine()
     try:
-        return str(xla_client.get_topology_for_devices(list(devices.flat)).fingerprint())
+        return _fingerprint(xla_client.get_topology_for_devices(list(devices.flat)))
     except Exception:  # noqa: BLE001 - backends without topology: the device list serves
         return ""
 
@@ -315,7 +418,15 @@ def _cpu_machine() -> str:
     from jax._src.lib import xla_client
 
     client = xla_client.make_cpu_client(num_devices=1)
-    return str(xla_client.get_topology_for_devices(client.devices()).fingerprint())
+    return _fingerprint(xla_client.get_topology_for_devices(client.devices()))
+
+
+def _fingerprint(topology) -> str:
+    """XLA's fingerprint of a topology; before jaxlib 0.7 (no `fingerprint`), the SHA-256
+    of its serialized description (on CPU: the code-generation target and its features)."""
+    if hasattr(topology, "fingerprint"):
+        return str(topology.fingerprint())
+    return "sha256:" + hashlib.sha256(topology.serialize()).hexdigest()
 
 
 def _details(inputs: KeyInputs) -> dict[str, dict]:
@@ -373,13 +484,21 @@ def _options_summary(serialized: bytes) -> dict:
 
     options = xla_client.CompileOptions.ParseFromString(serialized)
     build = options.executable_build_options
-    fields = {name: _readable(getattr(options, name, None)) for name in _OPTION_FIELDS}
-    fields.update({f"build.{n}": _readable(getattr(build, n, None)) for n in _BUILD_FIELDS})
+    fields = {name: _readable(_field(options, name)) for name in _OPTION_FIELDS}
+    fields.update({f"build.{n}": _readable(_field(build, n)) for n in _BUILD_FIELDS})
     fields["env_option_overrides"] = [f"{n}={v}" for n, v in options.env_option_overrides]
     for name, value in _debug_fields(build.debug_options).items():
         if affects_codegen(name):
             fields[f"debug.{name}"] = _readable(value)
     return fields
+
+
+def _field(obj, name: str):
+    """A field the bindings may lack or fail to convert (jaxlib 0.6's effort enums): None."""
+    try:
+        return getattr(obj, name, None)
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _debug_fields(debug) -> dict:

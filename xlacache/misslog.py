@@ -56,7 +56,7 @@ class MissRecord:
     time: float  # unix time (a server stamps its own on receipt)
     key: str
     label: str = ""
-    reason: str = ""  # versions, devices, flags, options, new_program, unusable
+    reason: str = ""  # versions, devices, flags, options, new_program, unusable, load_rejected
     note: str = ""
     differences: tuple[Difference, ...] = ()
     nearest: str | None = None  # key of the nearest stored entry

@@ -14,7 +14,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
+import jax as _jax
+
+from xlacache._version import LAZY_MIN_JAX, jax_too_old
+
+if (_too_old := jax_too_old(_jax.__version__, LAZY_MIN_JAX, "xlacache.lazy")) is not None:
+    raise ImportError(_too_old)
+
+import torch  # noqa: E402
 
 # torch and jax leave ~250k long-lived objects behind at import; every full (gen 2) collection
 # re-scans them, ~100-200 ms each, and a training loop that records thousands of IR nodes a step
@@ -23,9 +30,7 @@ import torch
 if os.environ.get("XLACACHE_LAZY_GC_FREEZE", "1") != "0":
     import gc as _gc
 
-    import jax as _jax  # noqa: F401 - imported first so its objects are frozen too
-
-    _gc.freeze()
+    _gc.freeze()  # after jax's import (above): its objects are frozen too
 
 from . import _device, metrics  # noqa: E402
 from . import autocast as _autocast  # noqa: E402

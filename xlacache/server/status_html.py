@@ -25,6 +25,7 @@ REASON_COLORS = {
     "options": "#0d9488",
     "new_program": "#64748b",
     "unusable": "#dc2626",
+    "load_rejected": "#b91c1c",
 }
 
 CSS = """
