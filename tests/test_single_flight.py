@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.conftest import make_key
+from tests.waiting import wait_for
 from xlacache import counters
 from xlacache.cache import CompilationCache, SingleFlight
 from xlacache.errors import StoreUnavailableError
@@ -255,10 +256,7 @@ def test_of_the_waiters_of_a_killed_holder_exactly_one_compiles(tmp_path):
     ready = tmp_path / "ready"
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), KEY, str(ready)])
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(ready.exists, 60, "the holder to take the lease", procs=[proc])
         caches = [
             CompilationCache(LocalStore(root), single_flight=SingleFlight(ttl=600))
             for _ in range(4)

@@ -12,6 +12,7 @@ import grpc
 import pytest
 from srvutil import make_entry, start_server
 
+from tests.waiting import wait_for
 from xlacache import entry
 from xlacache.errors import ConfigError, CorruptEntryError
 from xlacache.protocol import wire
@@ -284,10 +285,7 @@ def test_upload_abandoned_mid_stream_leaves_no_temp_file(server):
     key, blob = make_entry("abandoned", 3 * 1024 * 1024)
     with pytest.raises(grpc.RpcError):
         _upload(server, key, blob, 256 * 1024, after=4, fail=True)
-    deadline = time.monotonic() + 20
-    while _tmp_files(server.store) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _tmp_files(server.store) == []
+    wait_for(lambda: _tmp_files(server.store) == [], 20, "the temporary file to go")
     assert not LocalStore(server.store, readonly=True).contains(key)
     # Bad digest, several chunks in: also nothing left behind.
     stub = GrpcStore(server.url)._put_raw
@@ -317,10 +315,8 @@ def test_sigkill_mid_upload_leaves_no_entry(tmp_path):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     assert paused.wait(30)
-    deadline = time.monotonic() + 20  # until the server has begun writing the upload
-    while not _tmp_files(srv.store) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _tmp_files(srv.store), "the upload never reached tmp/"
+    wait_for(lambda: _tmp_files(srv.store), 20, "the server to begin writing the upload to tmp/",
+             interval=0.02)  # fmt: skip
     srv.stop(signal.SIGKILL)
     local = LocalStore(srv.store, readonly=True)
     assert not local.contains(key) and local.verify().corrupt == []
