@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from tests.cli_helpers import make_cache, run, run_json
+from tests.cli_helpers import cli_json, make_cache, run
 from tests.conftest import REPO, child_env, run_python
 from tests.docsutil import blocks, commands, section_block
 from xlacache.cli.main import app
@@ -153,7 +153,7 @@ def test_clearing_a_cache_as_docs_cli_says(tmp_path):
         args = [str(root) if a == "PATH" else a for a in argv[1:]]
         result = run(*args)
         assert result.exit_code == 0, result.output
-    assert run_json("stats", root)["entries"] == 0
+    assert cli_json("stats", root)["entries"] == 0
 
 
 @pytest.mark.slow
