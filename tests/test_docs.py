@@ -237,6 +237,18 @@ def test_every_cli_example_names_a_real_command_and_real_options():
                 assert option in known, f"{where}: {first} has no option {option}: {words}"
 
 
+def test_every_make_command_the_docs_name_is_a_makefile_target():
+    targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
+    named = set()
+    for doc in [*DOCS, "benchmarks/README.md"]:
+        text = (REPO / doc).read_text()
+        named |= {(doc, t) for t in re.findall(r"`make ([\w-]+)", text)}
+        for block in blocks(doc, "sh"):
+            named |= {(doc, w[1]) for w in commands(block, "make") if len(w) > 1}
+    assert {t for _, t in named} >= {"demo", "test", "test-fast"}
+    assert [(doc, t) for doc, t in sorted(named) if t not in targets] == []
+
+
 def test_generated_tables_are_fresh():
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "doctables.py"), "--check"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
