@@ -489,6 +489,7 @@ def _console_script() -> Path:
     return script
 
 
+@pytest.mark.slow
 def test_console_script_json_and_errors(cache, tmp_path):
     root, keys = cache
     script = _console_script()
@@ -514,6 +515,7 @@ def test_unknown_command_or_option_is_one_line(args):
     assert "bogus" in line or "--nope" in line
 
 
+@pytest.mark.slow
 def test_unknown_command_from_the_console_is_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "xlacache", "bogus"], capture_output=True, text=True, timeout=120

@@ -80,6 +80,7 @@ def test_every_readme_python_snippet_is_run_here():
     assert {b.section for b in blocks("README.md", "python")} == set(PRELUDES)
 
 
+@pytest.mark.slow
 def test_readme_use_snippet_caches_across_processes(tmp_path):
     code = _snippet("Use", tmp_path / "c")
     cold, warm = (_last_json(run_python(code)) for _ in range(2))
@@ -87,6 +88,7 @@ def test_readme_use_snippet_caches_across_processes(tmp_path):
     assert warm["hits"] == cold["writes"] and warm["misses"] == 0
 
 
+@pytest.mark.slow
 def test_readme_alias_snippet_loads_without_lowering_when_warm(tmp_path):
     code = _snippet("Executables by alias (`xlacache.executables`)", tmp_path / "c")
     cold, warm = (_last_json(run_python(code)) for _ in range(2))
@@ -105,6 +107,7 @@ def test_readme_lazy_snippet_trains_and_is_warm_the_second_time(tmp_path):
     assert warm["misses"] == 0
 
 
+@pytest.mark.slow
 def test_gcs_emulator_recipe_then_the_readme_and_gcs_snippets(gcs_emulator, tmp_path):
     """docs/gcs.md: STORAGE_EMULATOR_HOST and the bucket made as it says (curl), then
     the README's and docs/gcs.md's `gs://my-bucket/xla-cache` snippets run as written."""
@@ -179,6 +182,7 @@ def test_torchrun_recipe_of_docs_distributed(tmp_path):
     assert "compiles per rank [0, 0]" in outputs[1].stdout, outputs[1].stdout
 
 
+@pytest.mark.slow
 def test_the_readme_server_command_starts_with_the_page_on_loopback(tmp_path):
     from tests.server.srvutil import start_server, write_tokens
 
@@ -264,6 +268,7 @@ def test_the_docs_state_the_token_minimum_the_server_enforces():
         ), path
 
 
+@pytest.mark.slow
 def test_stats_has_every_key_before_and_after_initializing(tmp_path):
     code = """
 import json, xlacache
@@ -301,6 +306,7 @@ def test_cli_help_shows_no_bool_and_version_prints(monkeypatch):
     assert version.exit_code == 0 and version.stdout.strip() == f"xlacache {__version__}"
 
 
+@pytest.mark.slow
 def test_examples_gpt_prints_json_only_when_asked():
     script = [sys.executable, str(REPO / "examples" / "gpt.py"), "--eager", "--steps", "4"]
     env = child_env({"PYTHONPATH": str(REPO)})

@@ -102,6 +102,7 @@ def test_only_the_most_recently_used_are_prefetched(tmp_path):
     assert loaded == [make_key(3), make_key(4)]  # in the order they were last used
 
 
+@pytest.mark.slow
 def test_second_process_gets_every_program_from_prefetch(tmp_path):
     cold = run_json(JAX_PROGRAM, str(tmp_path / "c"))
     warm = run_json(JAX_PROGRAM, str(tmp_path / "c"))

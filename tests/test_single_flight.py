@@ -67,6 +67,7 @@ def with_table(store: LocalStore, table: LeaseTable) -> LocalStore:
     return store
 
 
+@pytest.mark.slow
 def test_threads_missing_one_key_compile_it_once(tmp_path):
     store = LocalStore(tmp_path / "c")
     cache = CompilationCache(store, single_flight=SingleFlight(ttl=5))
@@ -88,6 +89,7 @@ def test_without_single_flight_every_thread_compiles(tmp_path):
     assert compiler.calls == 4 and counters.snapshot()["compiles_avoided"] == 0
 
 
+@pytest.mark.slow
 def test_waiters_of_a_holder_that_stores_nothing_compile_at_once(tmp_path):
     # Compiles below min_compile_seconds are not stored: the waiters, finding no entry
     # when the holder lets go, compile without taking turns on the lease.
@@ -99,6 +101,7 @@ def test_waiters_of_a_holder_that_stores_nothing_compile_at_once(tmp_path):
     assert list(store.list()) == []
 
 
+@pytest.mark.slow
 def test_a_holder_whose_compile_fails_lets_the_waiters_compile(tmp_path):
     store = LocalStore(tmp_path / "c")
     cache = CompilationCache(store, single_flight=SingleFlight(ttl=5))
@@ -117,6 +120,7 @@ def test_a_holder_whose_compile_fails_lets_the_waiters_compile(tmp_path):
     assert all(r in (b"exe", b"loaded:exe") for r in results if r not in errors)
 
 
+@pytest.mark.slow
 def test_an_expired_lease_is_taken_over_and_counted(tmp_path):
     table = MemoryLeases()
     cache = CompilationCache(
@@ -162,6 +166,7 @@ def test_lease_failures_degrade_to_compiling(tmp_path):
     assert store.contains(KEY)  # stored as usual
 
 
+@pytest.mark.slow
 def test_a_reader_waits_for_the_writers_entry(tmp_path):
     writer_store = LocalStore(tmp_path / "c")
     writer = CompilationCache(writer_store, single_flight=SingleFlight(ttl=5))

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 import xlacache.lazy as xl
 
 from .models import CNN, GPT, MLP
+
+pytestmark = pytest.mark.slow  # measured: most tests here take seconds
 
 
 def _train(model, make_opt, batches, loss_fn, dev, clip=None):

@@ -36,6 +36,7 @@ def _executions() -> int:
 # ------------------------------------------------------------------ step closures
 
 
+@pytest.mark.slow
 def test_step_closures_run_after_the_barrier_in_order():
     seen: list = []
     x = torch.ones(3, device=dev)

@@ -17,7 +17,7 @@ from xlacache.stores.local import LocalStore
 from xlacache.stores.remote import GrpcStore
 from xlacache.stores.tiered import TieredStore
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.mark.parametrize("change", [{"created": "yesterday"}, {"payload_size": -1}])

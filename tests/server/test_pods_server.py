@@ -24,7 +24,7 @@ from xlacache.errors import PermissionDeniedError
 from xlacache.stores.gcs import GCSStore
 from xlacache.stores.remote import GrpcStore
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 SECONDS = 60.0
 
 

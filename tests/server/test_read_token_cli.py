@@ -12,7 +12,7 @@ from tests.cli_helpers import assert_one_line_error, run
 from tests.waiting import wait_for
 from xlacache.stores import open_store
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def _hits(url: str) -> dict[str, tuple[int, float]]:

@@ -16,7 +16,7 @@ from xlacache.stores.gcs import GCSStore, entry_name
 from xlacache.stores.local import LocalStore
 from xlacache.stores.remote import GrpcStore
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from xlacache.stores.local import LocalStore
 from xlacache.stores.remote import GrpcStore
 from xlacache.stores.resilience import CircuitBreaker
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def test_32_concurrent_clients_zero_errors_every_read_verified(server):

@@ -27,7 +27,7 @@ from xlacache.entry import MAX_ENTRY_SIZE
 from xlacache.protocol import status
 from xlacache.stores.remote import GrpcStore
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 MiB = 1024 * 1024
 STALLED_CLIENTS = 60

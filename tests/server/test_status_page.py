@@ -87,6 +87,7 @@ def known(values: list) -> list:
     return [v for v in values if v is not None]
 
 
+@pytest.mark.slow
 def test_status_json_counts_the_traffic(busy_server):
     status = status_json(busy_server)
     assert (status["hits"], status["misses"], status["hit_rate"]) == (6, 2, "75.0%")

@@ -179,6 +179,7 @@ def test_fsync_off_syncs_only_on_request_and_only_recent_entries(tmp_path, monke
     assert len(synced) == 2  # closing syncs nothing with fsync off
 
 
+@pytest.mark.slow
 def test_an_entry_torn_by_a_machine_crash_is_a_miss_never_a_wrong_answer(tmp_path):
     """What fsync off risks: after a power loss an entry may be zero-filled or cut short.
     Reads find it (header, length, body SHA-256), it is removed, and the next put heals."""
@@ -212,6 +213,7 @@ def test_an_entry_torn_by_a_machine_crash_is_a_miss_never_a_wrong_answer(tmp_pat
         srv.stop()
 
 
+@pytest.mark.slow
 def test_stale_temp_files_are_removed_at_startup(tmp_path):
     store = LocalStore(tmp_path / "s")
     old, fresh = store.tmp_dir / "old.tmp", store.tmp_dir / "fresh.tmp"
@@ -238,6 +240,7 @@ def test_settings_for_fsync_and_direct_io():
     assert load_config({"store": "/s", "direct_io": "yes"}, env={}).direct_io
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags", [[], ["--no-fsync"], ["--fsync", "always"], ["--fsync", "off", "--direct-io"]]
 )
@@ -281,6 +284,7 @@ def _tmp_files(store_dir) -> list:
     return list((store_dir / "tmp").iterdir())
 
 
+@pytest.mark.slow
 def test_upload_abandoned_mid_stream_leaves_no_temp_file(server):
     key, blob = make_entry("abandoned", 3 * 1024 * 1024)
     with pytest.raises(grpc.RpcError):
@@ -300,6 +304,7 @@ def test_upload_abandoned_mid_stream_leaves_no_temp_file(server):
     assert _tmp_files(server.store) == [] and GrpcStore(server.url).get(key) is None
 
 
+@pytest.mark.slow
 def test_sigkill_mid_upload_leaves_no_entry(tmp_path):
     srv = start_server(tmp_path)
     key, blob = make_entry("killed", 4 * 1024 * 1024)

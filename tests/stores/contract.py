@@ -192,6 +192,7 @@ class StoreContract:
         entry.verify(got, key)
         assert [i.key for i in store.list()] == [key]
 
+    @pytest.mark.slow
     def test_concurrent_put_of_one_key_from_processes(self, store, tmp_path):
         self.check_concurrent_writers(store, tmp_path, writers=4)
 

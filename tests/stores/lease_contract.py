@@ -103,6 +103,7 @@ class LeaseContract:
         assert table.holder(name) == f"holder-{winners[0]}"
         table.release(name, f"holder-{winners[0]}")
 
+    @pytest.mark.slow
     def test_an_expired_lease_is_taken_over(self, table):
         if not self.expires:
             pytest.skip("held for as long as the holder lives")

@@ -75,6 +75,7 @@ def test_a_prefix_without_a_cache_is_one_line_error(gcs):
     assert_one_line_error(run("stats", gcs.url("nothing-here")), code=2)
 
 
+@pytest.mark.slow
 def test_without_gcsfs_a_gs_url_is_a_clear_error(tmp_path):
     code = (
         "import sys; sys.modules['gcsfs'] = None\n"  # as if gcsfs were not installed
