@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test lint proto docs bench compat clean
+.PHONY: venv demo test test-fast lint proto docs bench compat clean
 
 venv: $(STAMP)
 
@@ -24,6 +24,11 @@ demo: venv
 test: venv
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+# The inner loop: every test not marked slow (marks set by measured time, --durations=0).
+test-fast: venv
+	$(PY) -m ruff check .
+	$(PY) -m pytest -m "not slow" -n 2 --dist loadgroup -q
 
 lint: venv
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

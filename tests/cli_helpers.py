@@ -64,7 +64,8 @@ def run(*args: str, env: dict[str, str] | None = None):
     return CliRunner().invoke(app, [str(a) for a in args], env=env)
 
 
-def run_json(*args: str) -> dict:
+def cli_json(*args: str) -> dict:
+    """Run the CLI with `--json` in-process; it must succeed. Its parsed output."""
     result = run(*args, "--json")
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)

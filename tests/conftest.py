@@ -49,8 +49,11 @@ def clean_xlacache_state():
     counters.reset()
 
 
-def make_key(n: int) -> str:
-    return f"{n:064x}"
+def make_key(name: int | str) -> str:
+    """A valid cache key: an int as 64 hex digits, a string by its SHA-256."""
+    if isinstance(name, int):
+        return f"{name:064x}"
+    return hashlib.sha256(name.encode()).hexdigest()
 
 
 def make_blob(n: int = 1, payload: bytes | None = None, **header) -> tuple[str, bytes]:

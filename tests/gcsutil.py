@@ -26,6 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlparse
 
+from tests.waiting import wait_for
+
 STARTUP_SECONDS = 20.0
 MAX_STALL_SECONDS = 30.0
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
@@ -67,14 +69,24 @@ class Emulator:
         raise RuntimeError(f"fake-gcs-server did not start: {log.read_text(errors='replace')}")
 
     def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + STARTUP_SECONDS
-        while time.monotonic() < deadline and self.proc.poll() is None:
+        def answers() -> bool:
             try:
                 with urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=2):
                     return True
             except OSError:
-                time.sleep(0.02)
-        return False
+                return False
+
+        try:
+            wait_for(
+                answers,
+                STARTUP_SECONDS,
+                "fake-gcs-server to answer",
+                procs=[self.proc],
+                interval=0.02,
+            )
+        except AssertionError:
+            return False  # another port is tried
+        return True
 
     def create_bucket(self, name: str | None = None) -> str:
         name = name or f"b-{uuid.uuid4().hex[:16]}"

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import child_env
+from tests.waiting import wait_for
 
 WORKER = r"""
 import json, os, sys, time, warnings
@@ -111,12 +112,8 @@ def run_pod(workers: list[tuple[dict, dict | None]], tmp_path: Path) -> list[dic
             ready = tmp_path / f"ready-{go.name}-{i}"
             procs.append((start_worker({**settings, "ready": str(ready), "go": str(go)}, env),
                           ready))  # fmt: skip
-        deadline = time.monotonic() + 180
-        while not all(ready.exists() for _, ready in procs):
-            for proc, _ in procs:
-                assert proc.poll() is None, proc.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "workers did not get ready"
-            time.sleep(0.05)
+        wait_for(lambda: all(ready.exists() for _, ready in procs), 180,
+                 "the workers to get ready", procs=[proc for proc, _ in procs])  # fmt: skip
         go.touch()
         return [result_of(proc) for proc, _ in procs]
     finally:
@@ -124,14 +121,6 @@ def run_pod(workers: list[tuple[dict, dict | None]], tmp_path: Path) -> list[dic
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-
-
-def wait_for(path: Path, proc: subprocess.Popen, seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert proc.poll() is None, proc.stderr.read()[-3000:]
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.05)
 
 
 def compile_count(result: dict) -> int:

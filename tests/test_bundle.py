@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import forge_header, make_blob, make_key, run_python
 from xlacache import entry
 
@@ -84,6 +86,7 @@ def test_member_with_a_valid_header_but_forged_body_is_verified_while_streaming(
     assert not list((tmp_path / "dest" / "tmp").iterdir())
 
 
+@pytest.mark.slow
 def test_member_over_the_size_cap_is_refused_unread(tmp_path):
     key = make_key(3)
     bundle = _sparse_bundle(tmp_path, key, 64 * 1024 * 1024)

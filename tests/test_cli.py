@@ -14,12 +14,12 @@ from cli_helpers import (
     DAY,
     assert_one_line_error,
     cache_keys,
+    cli_json,
     key_for,
     make_cache,
     put_entry,
     read_bundle,
     run,
-    run_json,
     write_bundle,
 )
 
@@ -68,7 +68,7 @@ def test_inspect_table_lists_entries_newest_first(cache):
 
 def test_inspect_json_shape_and_limit(cache):
     root, keys = cache
-    doc = run_json("inspect", root)
+    doc = cli_json("inspect", root)
     assert set(doc) == {"store", "total", "entries"}
     assert doc["total"] == 3
     assert [e["key"] for e in doc["entries"]] == keys  # full keys, newest first
@@ -76,7 +76,7 @@ def test_inspect_json_shape_and_limit(cache):
         assert set(item) == ENTRY_FIELDS
         assert item["size"] > 0 and item["payload_size"] == 500
     assert doc["entries"][2]["compile_seconds"] == 2.5
-    limited = run_json("inspect", root, "--limit", "1")
+    limited = cli_json("inspect", root, "--limit", "1")
     assert limited["total"] == 3 and [e["key"] for e in limited["entries"]] == keys[:1]
 
 
@@ -85,7 +85,7 @@ def test_stats_json_and_table(cache):
     with LocalStore(root) as store:
         store.get(keys[0])
         sizes = sum(store.stat(k).size for k in keys)
-    doc = run_json("stats", root)
+    doc = cli_json("stats", root)
     assert doc["entries"] == 3
     assert doc["bytes"] == sizes
     assert doc["payload_bytes"] == 1500
@@ -114,7 +114,7 @@ def aged(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 
 def _pruned(root: Path, *flags: str) -> set[str]:
-    doc = run_json("prune", root, *flags)
+    doc = cli_json("prune", root, *flags)
     assert doc["count"] == len(doc["removed"])
     assert doc["bytes"] == sum(e["size"] for e in doc["removed"])
     return {e["key"] for e in doc["removed"]}
@@ -142,7 +142,7 @@ def test_prune_max_size_evicts_least_recently_used(aged):
 
 def test_prune_dry_run_removes_nothing(aged):
     root, keys = aged
-    doc = run_json("prune", root, "--older-than", "7d", "--unused-for", "1h", "--dry-run")
+    doc = cli_json("prune", root, "--older-than", "7d", "--unused-for", "1h", "--dry-run")
     assert doc["dry_run"] is True
     assert {e["key"] for e in doc["removed"]} == {keys["old"], keys["old_hit"]}
     assert cache_keys(root) == set(keys.values())
@@ -184,7 +184,7 @@ def test_verify_repair_removes_corrupt_entries(cache):
     assert "corrupt: " + ka in repaired.stdout
     with LocalStore(root, readonly=True) as store:
         assert not store.contains(ka) and not store.contains(kc) and store.contains(kb)
-    again = run_json("verify", root)
+    again = cli_json("verify", root)
     assert again["corrupt"] == [] and again["checked"] == 1
 
 
@@ -196,7 +196,7 @@ def test_verify_repair_removes_a_stray_file(cache):
     assert found.exit_code == 1 and json.loads(found.stdout)["corrupt"] == ["stray"]
     assert run("verify", root, "--repair").exit_code == 0
     assert not stray.exists()
-    assert run_json("verify", root)["corrupt"] == []
+    assert cli_json("verify", root)["corrupt"] == []
 
 
 # -- rm --------------------------------------------------------------------------------
@@ -204,7 +204,7 @@ def test_verify_repair_removes_a_stray_file(cache):
 
 def test_rm_existing_keys_and_prefix(cache):
     root, (ka, kb, kc) = cache
-    doc = run_json("rm", root, ka, kb[:10])
+    doc = cli_json("rm", root, ka, kb[:10])
     assert doc["removed"] == [ka, kb] and doc["missing"] == []
     assert cache_keys(root) == {kc}
 
@@ -227,7 +227,7 @@ def test_rm_ambiguous_prefix_removes_nothing(tmp_path):
     line = assert_one_line_error(run("rm", root, "abcdef01"), 2)
     assert "ambiguous" in line
     assert cache_keys(root) == set(keys)
-    assert run_json("rm", root, keys[1][:9])["removed"] == [keys[1]]
+    assert cli_json("rm", root, keys[1][:9])["removed"] == [keys[1]]
 
 
 def test_rm_malformed_key_removes_nothing(cache):
@@ -242,7 +242,7 @@ def test_rm_malformed_key_removes_nothing(cache):
 def test_export_import_round_trip(cache, tmp_path):
     root, keys = cache
     bundle = tmp_path / "cache.tar"
-    exported = run_json("export", root, bundle)
+    exported = cli_json("export", root, bundle)
     assert exported["exported"] == 3 and exported["corrupt"] == []
     manifest, members = read_bundle(bundle)
     assert manifest["format"] == "xlacache-bundle" and manifest["xlacache_version"]
@@ -250,13 +250,13 @@ def test_export_import_round_trip(cache, tmp_path):
     assert set(members) == {f"entries/{k[:2]}/{k}.xlac" for k in keys}
 
     fresh = tmp_path / "fresh"
-    imported = run_json("import", bundle, fresh)
+    imported = cli_json("import", bundle, fresh)
     assert (imported["imported"], imported["skipped"], imported["corrupt"]) == (3, 0, 0)
     assert cache_keys(fresh) == set(keys)
     with LocalStore(root, readonly=True) as a, LocalStore(fresh, readonly=True) as b:
         assert all(a.get(k) == b.get(k) for k in keys)
-    assert run_json("verify", fresh)["corrupt"] == []
-    again = run_json("import", bundle, fresh)
+    assert cli_json("verify", fresh)["corrupt"] == []
+    again = cli_json("import", bundle, fresh)
     assert (again["imported"], again["skipped"]) == (0, 3)
 
 
@@ -489,6 +489,7 @@ def _console_script() -> Path:
     return script
 
 
+@pytest.mark.slow
 def test_console_script_json_and_errors(cache, tmp_path):
     root, keys = cache
     script = _console_script()
@@ -514,6 +515,7 @@ def test_unknown_command_or_option_is_one_line(args):
     assert "bogus" in line or "--nope" in line
 
 
+@pytest.mark.slow
 def test_unknown_command_from_the_console_is_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "xlacache", "bogus"], capture_output=True, text=True, timeout=120

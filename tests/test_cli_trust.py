@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from tests.cli_helpers import assert_one_line_error, key_for, make_cache, run, run_json
+from tests.cli_helpers import assert_one_line_error, cli_json, key_for, make_cache, run
 from xlacache import entry, signing
 from xlacache.stores.local import LocalStore
 
@@ -45,10 +45,10 @@ def test_sign_then_verify_with_trusted_keys(cache, tmp_path):
     trust = json.loads(unsigned.stdout)["trust"]
     assert sorted(trust["unsigned"]) == sorted(keys) and trust["trusted"] == 0
     assert "not signed by a trusted key" in unsigned.stderr
-    signed = run_json("sign", root, "--key", private)
+    signed = cli_json("sign", root, "--key", private)
     assert sorted(signed["signed"]) == sorted(keys) and signed["already"] == 0
-    assert run_json("sign", root, "--key", private)["already"] == 3  # idempotent
-    verified = run_json("verify", root, "--trusted-keys", public)
+    assert cli_json("sign", root, "--key", private)["already"] == 3  # idempotent
+    verified = cli_json("verify", root, "--trusted-keys", public)
     assert verified["trust"]["trusted"] == 3 and verified["corrupt"] == []
     with LocalStore(root, readonly=True) as store:
         for key in keys:
@@ -60,7 +60,7 @@ def test_sign_then_verify_with_trusted_keys(cache, tmp_path):
 def test_verify_names_foreign_and_unsigned_entries(cache, tmp_path):
     root, keys = cache
     ours, theirs = keygen(tmp_path, name="ours.key"), keygen(tmp_path, name="theirs.key")
-    run_json("sign", root, "--key", theirs)
+    cli_json("sign", root, "--key", theirs)
     with LocalStore(root) as store:  # one more entry, unsigned
         store.put(key_for("d"), entry.encode(key_for("d"), b"d" * 100, compile_seconds=1.0))
     result = run("verify", root, "--trusted-keys", f"{ours}.pub")
@@ -76,10 +76,10 @@ def test_verify_names_foreign_and_unsigned_entries(cache, tmp_path):
 def test_sign_leaves_foreign_entries_unless_resign(cache, tmp_path):
     root, keys = cache
     ours, theirs = keygen(tmp_path, name="ours.key"), keygen(tmp_path, name="theirs.key")
-    run_json("sign", root, "--key", theirs)
-    kept = run_json("sign", root, "--key", ours)
+    cli_json("sign", root, "--key", theirs)
+    kept = cli_json("sign", root, "--key", ours)
     assert kept["signed"] == [] and sorted(kept["foreign"]) == sorted(keys)
-    redone = run_json("sign", root, "--key", ours, "--resign")
+    redone = cli_json("sign", root, "--key", ours, "--resign")
     assert sorted(redone["signed"]) == sorted(keys)
     assert run("verify", root, "--trusted-keys", f"{ours}.pub").exit_code == 0
 

@@ -3,7 +3,7 @@ what `CompilationCache.prefetch` loads (issue 20, item 10)."""
 
 from __future__ import annotations
 
-from tests.cli_helpers import make_cache, put_entry, run, run_json
+from tests.cli_helpers import cli_json, make_cache, put_entry, run
 from xlacache.cache import CompilationCache
 from xlacache.stores.local import LocalStore
 
@@ -24,13 +24,13 @@ def test_would_load_is_what_prefetch_loads(tmp_path, monkeypatch):
     keys = make_cache(root, ["a", "b", "c", "d"])  # created 0, 1, 2, 3 days ago
     with LocalStore(root) as store:
         put_entry(store, "alias", label="alias:jit_a")  # never prefetched
-    shown = run_json("inspect", root, "--would-load", "--prefetch", "3")
+    shown = cli_json("inspect", root, "--would-load", "--prefetch", "3")
     assert shown["prefetch"] == 3 and shown["total"] == 5
     would = [e["key"] for e in shown["entries"]]
     assert would == [keys[2], keys[1], keys[0]]  # the 3 most recent, oldest use first
     assert would == _prefetched(root, 3)
     assert shown["bytes"] == sum(e["payload_size"] for e in shown["entries"])
     monkeypatch.setenv("XLACACHE_PREFETCH", "0")  # the worker's own setting by default
-    assert run_json("inspect", root, "--would-load")["entries"] == []
+    assert cli_json("inspect", root, "--would-load")["entries"] == []
     table = run("inspect", root, "--would-load", "--prefetch", "1")
     assert table.exit_code == 0 and "prefetch=1 loads 1 entry" in " ".join(table.stdout.split())

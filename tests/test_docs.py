@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from tests.cli_helpers import make_cache, run, run_json
+from tests.cli_helpers import cli_json, make_cache, run
 from tests.conftest import REPO, child_env, run_python
 from tests.docsutil import blocks, commands, section_block
 from xlacache.cli.main import app
@@ -80,6 +80,7 @@ def test_every_readme_python_snippet_is_run_here():
     assert {b.section for b in blocks("README.md", "python")} == set(PRELUDES)
 
 
+@pytest.mark.slow
 def test_readme_use_snippet_caches_across_processes(tmp_path):
     code = _snippet("Use", tmp_path / "c")
     cold, warm = (_last_json(run_python(code)) for _ in range(2))
@@ -87,6 +88,7 @@ def test_readme_use_snippet_caches_across_processes(tmp_path):
     assert warm["hits"] == cold["writes"] and warm["misses"] == 0
 
 
+@pytest.mark.slow
 def test_readme_alias_snippet_loads_without_lowering_when_warm(tmp_path):
     code = _snippet("Executables by alias (`xlacache.executables`)", tmp_path / "c")
     cold, warm = (_last_json(run_python(code)) for _ in range(2))
@@ -105,6 +107,7 @@ def test_readme_lazy_snippet_trains_and_is_warm_the_second_time(tmp_path):
     assert warm["misses"] == 0
 
 
+@pytest.mark.slow
 def test_gcs_emulator_recipe_then_the_readme_and_gcs_snippets(gcs_emulator, tmp_path):
     """docs/gcs.md: STORAGE_EMULATOR_HOST and the bucket made as it says (curl), then
     the README's and docs/gcs.md's `gs://my-bucket/xla-cache` snippets run as written."""
@@ -153,7 +156,7 @@ def test_clearing_a_cache_as_docs_cli_says(tmp_path):
         args = [str(root) if a == "PATH" else a for a in argv[1:]]
         result = run(*args)
         assert result.exit_code == 0, result.output
-    assert run_json("stats", root)["entries"] == 0
+    assert cli_json("stats", root)["entries"] == 0
 
 
 @pytest.mark.slow
@@ -179,6 +182,7 @@ def test_torchrun_recipe_of_docs_distributed(tmp_path):
     assert "compiles per rank [0, 0]" in outputs[1].stdout, outputs[1].stdout
 
 
+@pytest.mark.slow
 def test_the_readme_server_command_starts_with_the_page_on_loopback(tmp_path):
     from tests.server.srvutil import start_server, write_tokens
 
@@ -237,6 +241,18 @@ def test_every_cli_example_names_a_real_command_and_real_options():
                 assert option in known, f"{where}: {first} has no option {option}: {words}"
 
 
+def test_every_make_command_the_docs_name_is_a_makefile_target():
+    targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
+    named = set()
+    for doc in [*DOCS, "benchmarks/README.md"]:
+        text = (REPO / doc).read_text()
+        named |= {(doc, t) for t in re.findall(r"`make ([\w-]+)", text)}
+        for block in blocks(doc, "sh"):
+            named |= {(doc, w[1]) for w in commands(block, "make") if len(w) > 1}
+    assert {t for _, t in named} >= {"demo", "test", "test-fast"}
+    assert [(doc, t) for doc, t in sorted(named) if t not in targets] == []
+
+
 def test_generated_tables_are_fresh():
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "doctables.py"), "--check"],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
@@ -252,6 +268,7 @@ def test_the_docs_state_the_token_minimum_the_server_enforces():
         ), path
 
 
+@pytest.mark.slow
 def test_stats_has_every_key_before_and_after_initializing(tmp_path):
     code = """
 import json, xlacache
@@ -289,6 +306,7 @@ def test_cli_help_shows_no_bool_and_version_prints(monkeypatch):
     assert version.exit_code == 0 and version.stdout.strip() == f"xlacache {__version__}"
 
 
+@pytest.mark.slow
 def test_examples_gpt_prints_json_only_when_asked():
     script = [sys.executable, str(REPO / "examples" / "gpt.py"), "--eager", "--steps", "4"]
     env = child_env({"PYTHONPATH": str(REPO)})

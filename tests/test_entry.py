@@ -32,18 +32,24 @@ def test_header_readable_from_prefix():
     assert entry.read_header(blob[:n]).key == key
 
 
-@pytest.mark.parametrize("where", ["magic", "header", "body", "last"])
-def test_flipped_byte_is_detected(where):
+@pytest.mark.parametrize(
+    ("where", "found"),
+    [("magic", "bad magic"), ("header", "header checksum"), ("body", "body checksum"),
+     ("last", "body checksum")],
+)  # fmt: skip
+def test_flipped_byte_is_detected(where, found):
     key, blob = make_blob(1)
+    body = entry.header_length(blob[: entry.PRELUDE_SIZE])  # where the body starts
     pos = {
         "magic": 0,
         "header": entry.PRELUDE_SIZE + 5,
-        "body": len(blob) // 2 + 40,
+        "body": (body + len(blob)) // 2,  # the middle of the body
         "last": len(blob) - 1,
     }[where]
+    assert (pos >= body) == (where in ("body", "last"))
     damaged = bytearray(blob)
     damaged[pos] ^= 0x01
-    with pytest.raises(CorruptEntryError):
+    with pytest.raises(CorruptEntryError, match=found):
         entry.decode(bytes(damaged), key)
 
 

@@ -209,6 +209,7 @@ def run(cache_dir, env=None, program=JAX_PROGRAM):
     return run_python(program, str(cache_dir), env={"XLACACHE_EXPLAIN": "1", **(env or {})})
 
 
+@pytest.mark.slow
 def test_real_flag_change_is_explained_and_shown_by_the_cli(tmp_path):
     cold = run(tmp_path / "c")
     assert cold.returncode == 0, cold.stderr
@@ -227,6 +228,7 @@ def test_real_flag_change_is_explained_and_shown_by_the_cli(tmp_path):
     assert "--xla_cpu_enable_fast_math=true" in table.stdout
 
 
+@pytest.mark.slow
 def test_real_device_count_change_is_explained(tmp_path):
     assert run(tmp_path / "c").returncode == 0
     two = run(tmp_path / "c", env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
@@ -238,6 +240,7 @@ def test_real_device_count_change_is_explained(tmp_path):
     assert "devices in the job 1 -> 2" in line
 
 
+@pytest.mark.slow
 def test_diff_of_two_real_programs(tmp_path):
     env = {"XLACACHE_KEEP_HLO": "1"}
     assert run(tmp_path / "c", env=env).returncode == 0

@@ -7,7 +7,7 @@ import math
 from dataclasses import fields
 
 import pytest
-from cli_helpers import assert_one_line_error, run, run_json
+from cli_helpers import assert_one_line_error, cli_json, run
 
 from tests.conftest import forge_header, make_blob, make_key
 from xlacache import entry
@@ -105,14 +105,14 @@ def test_cli_inspect_prune_verify_survive_a_malformed_entry(tmp_path):
         for n in range(3):
             store.put(*make_blob(n))
         bad = _plant(store, 20, created="yesterday")
-    assert run_json("inspect", root)["total"] == 3
-    assert run_json("stats", root)["entries"] == 3
-    assert run_json("prune", root, "--max-size", "0", "--dry-run")["count"] == 3
+    assert cli_json("inspect", root)["total"] == 3
+    assert cli_json("stats", root)["entries"] == 3
+    assert cli_json("prune", root, "--max-size", "0", "--dry-run")["count"] == 3
     result = run("verify", root, "--json")
     assert json.loads(result.stdout)["corrupt"] == [bad]
     assert_one_line_error(result, 1)
-    assert run_json("verify", root, "--repair")["corrupt"] == [bad]
-    assert run_json("verify", root)["corrupt"] == []
+    assert cli_json("verify", root, "--repair")["corrupt"] == [bad]
+    assert cli_json("verify", root)["corrupt"] == []
     assert make_key(20) == bad
 
 

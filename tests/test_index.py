@@ -141,6 +141,7 @@ def test_eviction_by_age_is_bounded_too(tmp_path):
     ix.close()
 
 
+@pytest.mark.slow
 def test_list_pages_cost_o_page_not_o_store(tmp_path, sql_log):
     costs = {}
     for entries in (1_000, 10_000):

@@ -2,10 +2,14 @@
 
 import json
 
+import pytest
+
 from tests.conftest import JAX_PROGRAM, run_json
 from tests.test_local_store import readonly_mount_prefix
 from xlacache import entry
 from xlacache.stores.local import LocalStore
+
+pytestmark = pytest.mark.slow  # measured: most tests here take seconds
 
 
 def run(cache_dir, options=None, **kw):

@@ -79,12 +79,14 @@ def keys_of(tmp_path, name, program=KEYS_OF, env=None):
     return run_json(program, str(tmp_path / name), env=env)
 
 
+@pytest.mark.slow
 def test_same_program_same_key_across_processes_and_locations(tmp_path):
     first = keys_of(tmp_path, "a")
     assert first and all(is_valid_key(k) for k in first)
     assert keys_of(tmp_path, "b") == first  # another process, another directory
 
 
+@pytest.mark.slow
 def test_source_comments_and_moved_lines_do_not_change_the_key(tmp_path):
     moved = KEYS_OF.replace(
         "def step(w, x):", "\n\n# a comment moves everything down\n\ndef step(w, x):"
@@ -92,11 +94,13 @@ def test_source_comments_and_moved_lines_do_not_change_the_key(tmp_path):
     assert keys_of(tmp_path, "a") == keys_of(tmp_path, "b", program=moved)
 
 
+@pytest.mark.slow
 def test_program_change_changes_the_key(tmp_path):
     changed = KEYS_OF.replace("w - 0.1 * g", "w - 0.2 * g")
     assert set(keys_of(tmp_path, "a")) != set(keys_of(tmp_path, "b", program=changed))
 
 
+@pytest.mark.slow
 def test_debug_flags_do_not_change_the_key_codegen_flags_do(tmp_path):
     base = set(keys_of(tmp_path, "a"))
     dump = tmp_path / "dump"
@@ -109,6 +113,7 @@ def test_debug_flags_do_not_change_the_key_codegen_flags_do(tmp_path):
     assert codegen.isdisjoint(base)
 
 
+@pytest.mark.slow
 def test_compile_options_change_the_key(tmp_path):
     program = """
 import json, sys, jax, jax.numpy as jnp, xlacache
@@ -126,6 +131,7 @@ print(json.dumps(labels))
     assert sum(label.rstrip("_") == "jit__lambda" for label in labels) == 2, labels
 
 
+@pytest.mark.slow
 def test_key_inputs_extracted_from_jax(tmp_path):
     proc = run_python("""
 import json, jax, jax.numpy as jnp

@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from tests.podutil import compile_count, result_of, run_pod, run_worker, start_worker, wait_for
+from tests.podutil import compile_count, result_of, run_pod, run_worker, start_worker
 from tests.server.srvutil import start_server
 from tests.stores.backends import tree_snapshot
+from tests.waiting import wait_for
 from xlacache.stores.gcs_leases import DEFAULT_SKEW
 from xlacache.stores.remote import GrpcStore
 
@@ -130,9 +131,10 @@ def test_a_holder_killed_mid_compile_is_replaced(pod, alone, tmp_path):
     )
     waiter = None
     try:
-        wait_for(hanging, holder)  # it holds the step's lease and compiles "forever"
+        # It holds the step's lease and compiles "forever".
+        wait_for(hanging.exists, 180, "the holder to compile", procs=[holder])
         waiter = start_worker({**pod.settings(1, **options), "waiting": str(waiting)}, pod.env)
-        wait_for(waiting, waiter)  # it waits on the holder
+        wait_for(waiting.exists, 180, "the waiter to wait on the holder", procs=[waiter])
         time.sleep(TTL)  # renewed all along: the waiter keeps waiting
         assert waiter.poll() is None
         holder.send_signal(signal.SIGKILL)

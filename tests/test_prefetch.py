@@ -2,19 +2,19 @@
 
 import json
 import threading
-import time
 
 import pytest
 
 from tests.conftest import JAX_PROGRAM, make_key, run_json
+from tests.waiting import wait_for
 from xlacache import counters, entry
 from xlacache.cache import CompilationCache
 from xlacache.stores.local import LocalStore
 
 
-def put(store, n, context, payload=b"exe"):
+def put(store, n, context, payload=b"exe", **header):
     store.put(make_key(n), entry.encode(make_key(n), payload + bytes([n]), compile_seconds=2.0,
-                                        context=context))  # fmt: skip
+                                        context=context, **header))  # fmt: skip
 
 
 def never(*_):
@@ -47,19 +47,40 @@ def test_other_context_is_not_served_from_prefetch(tmp_path):
     assert counters.snapshot()["prefetch_hits"] == 0
 
 
-def test_prefetch_waits_for_the_runtime_and_gives_up_in_time(tmp_path):
+def test_prefetch_waits_for_the_runtime(tmp_path):
     store = LocalStore(tmp_path / "c")
     put(store, 1, {})
     cache = CompilationCache(store)
-    up = threading.Event()
-    thread = cache.prefetch(lambda e: b"x", ready=up.is_set, patience=0.3)
-    time.sleep(0.1)
-    assert thread.is_alive()  # still waiting for the runtime
-    thread.join(5)
-    assert not thread.is_alive()
+    up, asked_twice = threading.Event(), threading.Event()
+    asked, loaded = [], []
+
+    def ready() -> bool:
+        asked.append(up.is_set())
+        if len(asked) == 2:
+            asked_twice.set()
+        return asked[-1]
+
+    thread = cache.prefetch(lambda e: loaded.append(e.header.key) or b"x", ready=ready,
+                            patience=600)  # fmt: skip
+    assert asked_twice.wait(30)  # it asked, was told no, and asked again...
+    assert thread.is_alive() and loaded == []  # ...loading nothing meanwhile
+    up.set()
+    thread.join(30)
+    assert loaded == [make_key(1)] and not thread.is_alive()
+
+
+def test_prefetch_gives_up_on_a_runtime_that_never_comes(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    put(store, 1, {})
+    cache = CompilationCache(store)
+    asked = []
+    thread = cache.prefetch(never, ready=lambda: asked.append(1) and False, patience=0.05)
+    thread.join(30)
+    assert not thread.is_alive() and asked
     # Gave up: the request loads for itself.
     got = cache.get_or_compile(make_key(1), compile=never, load=lambda p: b"mine", serialize=never)
     assert got == b"mine"
+    assert counters.snapshot()["prefetch_hits"] == 0
 
 
 def test_a_request_before_the_prefetch_reaches_it_loads_itself(tmp_path):
@@ -73,15 +94,15 @@ def test_a_request_before_the_prefetch_reaches_it_loads_itself(tmp_path):
 
 def test_only_the_most_recently_used_are_prefetched(tmp_path):
     store = LocalStore(tmp_path / "c")
-    for n in range(5):
-        put(store, n, {})
-        time.sleep(0.002)
+    for n in (4, 0, 3, 1, 2):  # created (and never used since) at 1000 + n
+        put(store, n, {}, created=1000.0 + n)
     cache = CompilationCache(store)
     loaded = []
     cache.prefetch(lambda e: loaded.append(e.header.key), ready=lambda: True, limit=2).join(10)
     assert loaded == [make_key(3), make_key(4)]  # in the order they were last used
 
 
+@pytest.mark.slow
 def test_second_process_gets_every_program_from_prefetch(tmp_path):
     cold = run_json(JAX_PROGRAM, str(tmp_path / "c"))
     warm = run_json(JAX_PROGRAM, str(tmp_path / "c"))
@@ -147,11 +168,16 @@ def test_a_request_during_the_prefetch_of_its_entry_reads_it_once(tmp_path):
 
     thread = cache.prefetch(slow_load, ready=lambda: True)
     assert loading.wait(10)
-    threading.Timer(0.2, release.set).start()
-    got = cache.get_or_compile(make_key(1), compile=never, load=never, serialize=never,
-                               context={})  # fmt: skip
+    got = []
+    request = threading.Thread(target=lambda: got.append(cache.get_or_compile(
+        make_key(1), compile=never, load=never, serialize=never, context={})))  # fmt: skip
+    request.start()
+    # The request waits on the load under way (and says so) before the load may end.
+    wait_for(lambda: counters.snapshot()["coalesced_reads"], 30, "the request to wait")
+    release.set()
+    request.join(30)
     thread.join(10)
-    assert got == b"prefetched"
+    assert got == [b"prefetched"]
     figures = counters.snapshot()
     assert figures["coalesced_reads"] == 1 and figures["prefetch_hits"] == 1
     assert figures["bytes_read"] == store.stat(make_key(1)).size

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cli_helpers import run_json
+from cli_helpers import cli_json
 
 from tests.conftest import make_blob, make_key, run_python
 from tests.test_local_store import readonly_mount_prefix
@@ -27,9 +27,9 @@ def test_stats_inspect_and_export_see_a_live_writers_entries(tmp_path):
     writer = _live_writer(root, 3, 5)
     try:
         assert (root / "index.sqlite-wal").stat().st_size > 0
-        assert run_json("stats", root)["entries"] == 8
-        assert run_json("inspect", root)["total"] == 8
-        exported = run_json("export", root, tmp_path / "b.tar")
+        assert cli_json("stats", root)["entries"] == 8
+        assert cli_json("inspect", root)["total"] == 8
+        exported = cli_json("export", root, tmp_path / "b.tar")
         assert exported["exported"] == 8
         with LocalStore(root, readonly=True) as ro:
             assert ro.summary().entries == 8
@@ -48,7 +48,7 @@ def test_export_lists_entry_files_not_only_index_rows(tmp_path):
         path = store.entry_path(key)
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(blob)
-    exported = run_json("export", root, tmp_path / "b.tar")
+    exported = cli_json("export", root, tmp_path / "b.tar")
     assert exported["exported"] == 4
 
 

@@ -116,6 +116,7 @@ def _documented_readers() -> set[str]:
     return set(re.findall(r"`(xlacache/[\w/]+\.py)`", section))
 
 
+@pytest.mark.slow
 def test_the_environment_is_read_where_architecture_md_says():
     readers = set()
     for path in (REPO / "xlacache").rglob("*.py"):

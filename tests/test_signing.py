@@ -252,6 +252,7 @@ def run(cache_dir, **options):
     return run_json(JAX_PROGRAM, str(cache_dir), json.dumps(options))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_real_jax_reader_compiles_past_planted_and_foreign_entries(tmp_path, kind):
     _, _, private, public = keypair(kind)

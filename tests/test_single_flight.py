@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.conftest import make_key
+from tests.waiting import wait_for
 from xlacache import counters
 from xlacache.cache import CompilationCache, SingleFlight
 from xlacache.errors import StoreUnavailableError
@@ -66,6 +67,7 @@ def with_table(store: LocalStore, table: LeaseTable) -> LocalStore:
     return store
 
 
+@pytest.mark.slow
 def test_threads_missing_one_key_compile_it_once(tmp_path):
     store = LocalStore(tmp_path / "c")
     cache = CompilationCache(store, single_flight=SingleFlight(ttl=5))
@@ -87,6 +89,7 @@ def test_without_single_flight_every_thread_compiles(tmp_path):
     assert compiler.calls == 4 and counters.snapshot()["compiles_avoided"] == 0
 
 
+@pytest.mark.slow
 def test_waiters_of_a_holder_that_stores_nothing_compile_at_once(tmp_path):
     # Compiles below min_compile_seconds are not stored: the waiters, finding no entry
     # when the holder lets go, compile without taking turns on the lease.
@@ -98,6 +101,7 @@ def test_waiters_of_a_holder_that_stores_nothing_compile_at_once(tmp_path):
     assert list(store.list()) == []
 
 
+@pytest.mark.slow
 def test_a_holder_whose_compile_fails_lets_the_waiters_compile(tmp_path):
     store = LocalStore(tmp_path / "c")
     cache = CompilationCache(store, single_flight=SingleFlight(ttl=5))
@@ -116,6 +120,7 @@ def test_a_holder_whose_compile_fails_lets_the_waiters_compile(tmp_path):
     assert all(r in (b"exe", b"loaded:exe") for r in results if r not in errors)
 
 
+@pytest.mark.slow
 def test_an_expired_lease_is_taken_over_and_counted(tmp_path):
     table = MemoryLeases()
     cache = CompilationCache(
@@ -161,6 +166,7 @@ def test_lease_failures_degrade_to_compiling(tmp_path):
     assert store.contains(KEY)  # stored as usual
 
 
+@pytest.mark.slow
 def test_a_reader_waits_for_the_writers_entry(tmp_path):
     writer_store = LocalStore(tmp_path / "c")
     writer = CompilationCache(writer_store, single_flight=SingleFlight(ttl=5))
@@ -255,10 +261,7 @@ def test_of_the_waiters_of_a_killed_holder_exactly_one_compiles(tmp_path):
     ready = tmp_path / "ready"
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), KEY, str(ready)])
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(ready.exists, 60, "the holder to take the lease", procs=[proc])
         caches = [
             CompilationCache(LocalStore(root), single_flight=SingleFlight(ttl=600))
             for _ in range(4)

@@ -77,6 +77,7 @@ def test_same_graph_loads_by_alias_without_lowering(tmp_path):
     assert torch.equal(first, again)
 
 
+@pytest.mark.slow
 def test_changed_attribute_misses_the_alias(tmp_path):
     xlacache.initialize_cache(tmp_path / "c", prefetch=0)
     xl.clear_compiled_cache()

@@ -127,6 +127,7 @@ def test_unsupported_dtype_raises():
         torch.zeros(2, dtype=torch.complex32).to(DEV)
 
 
+@pytest.mark.slow
 def test_bfloat16_training_matches_eager():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))

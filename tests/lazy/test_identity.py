@@ -127,6 +127,7 @@ def _same(got: torch.Tensor, want: torch.Tensor, label: str) -> None:
         assert torch.equal(got.signbit()[zero_or_inf], want.signbit()[zero_or_inf]), label
 
 
+@pytest.mark.slow
 def test_randomized_one_attribute_apart_match_eager():
     rng = random.Random(1234)
     torch.manual_seed(0)
@@ -195,6 +196,7 @@ def _child(env: dict[str, str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_digests_are_stable_across_processes_and_capacity_from_env():
     x = torch.arange(6.0).reshape(2, 3).to(dev)
     y = ((x**-2).sum(-1, keepdim=True) * 0.5).to(torch.bfloat16)[-1]

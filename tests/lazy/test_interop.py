@@ -109,6 +109,7 @@ def test_safetensors_and_torch_save_of_device_tensors(tmp_path):
     assert all(v.device.type == "cpu" for v in torch.load(tmp_path / "xm.pt").values())
 
 
+@pytest.mark.slow
 def test_torch_load_in_a_process_without_the_runtime(tmp_path):
     torch.save({"w": torch.arange(6.0).reshape(2, 3).to(dev)}, tmp_path / "w.pt")
     code = "import sys, torch; print(torch.load(sys.argv[1], map_location='cpu')['w'].sum().item())"
@@ -173,6 +174,7 @@ def test_cpu_autocast_on_device_tensors_warns():
 # ------------------------------------------------------------------ generators
 
 
+@pytest.mark.slow
 def test_device_generator_streams():
     g = torch.Generator(device=dev)
     assert g.device == dev and isinstance(g, torch.Generator)

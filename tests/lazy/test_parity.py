@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 import xlacache.lazy as xl
 
 from .models import CNN, GPT, MLP
+
+pytestmark = pytest.mark.slow  # measured: most tests here take seconds
 
 
 def _train(model, make_opt, batches, loss_fn, dev, clip=None):
@@ -36,9 +39,9 @@ def _parity(model, make_opt, batches, loss_fn, clip=None, rtol=1e-3):
     )
     got, got_model = _train(copy.deepcopy(model), make_opt, batches, loss_fn, xl.device(), clip)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=rtol, atol=1e-5)
-    for (n, p), q in zip(
-        ref_model.state_dict().items(), got_model.state_dict().values(), strict=False
-    ):
+    ref_state, got_state = ref_model.state_dict(), got_model.state_dict()
+    assert list(got_state) == list(ref_state)  # the same parameters and buffers, in order
+    for (n, p), q in zip(ref_state.items(), got_state.values(), strict=True):
         torch.testing.assert_close(q.cpu(), p, rtol=1e-2, atol=1e-3, msg=n)
     return got
 

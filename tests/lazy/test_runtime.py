@@ -28,6 +28,7 @@ def test_device_names_and_laziness():
     assert "xla:0" in repr(y)
 
 
+@pytest.mark.slow
 def test_steady_loop_compiles_bounded_and_cached():
     torch.manual_seed(0)
     model = MLP().to(dev)
@@ -48,6 +49,7 @@ def test_steady_loop_compiles_bounded_and_cached():
     assert _c("CachedCompile") - before_cached >= 22
 
 
+@pytest.mark.slow
 def test_dropout_and_randn_change_each_step_without_recompiling():
     torch.manual_seed(1)
     drop = torch.nn.Dropout(0.5)
@@ -68,6 +70,7 @@ def test_dropout_and_randn_change_each_step_without_recompiling():
     assert torch.equal(again, torch.randn(5, device=dev).cpu())
 
 
+@pytest.mark.slow
 def test_factories_and_device_argument():
     x = torch.arange(6, device=dev).view(2, 3)
     assert x.dtype == torch.int64 and x.cpu().tolist() == [[0, 1, 2], [3, 4, 5]]
@@ -99,6 +102,7 @@ def test_views_and_inplace_reach_the_base():
     assert base.sum().item() == 0
 
 
+@pytest.mark.slow
 def test_indexing_gather_scatter_reductions():
     torch.manual_seed(0)
     a = torch.randn(4, 5)
@@ -140,6 +144,7 @@ def test_data_dependent_shapes_materialize():
     assert flag
 
 
+@pytest.mark.slow
 def test_shape_change_compiles_once_more():
     model = MLP().to(dev)
     before = _c("UncachedCompile") + _c("PersistentCacheHit")
@@ -184,6 +189,7 @@ def test_mp_device_loader_syncs_each_step():
     assert seen == 3 and _c("MarkStep") - steps0 >= 3
 
 
+@pytest.mark.slow
 def test_optimizer_step_barrier():
     model = MLP().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import run_module_json
 
-pytestmark = pytest.mark.xdist_group("spmd")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spmd")]
 
 
 def child(scenario: str, cache: str = "-", **env: str) -> dict:

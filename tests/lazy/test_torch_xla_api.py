@@ -8,7 +8,8 @@ import json
 import os
 import subprocess
 import sys
-import time
+import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ def _executions() -> int:
 # ------------------------------------------------------------------ step closures
 
 
+@pytest.mark.slow
 def test_step_closures_run_after_the_barrier_in_order():
     seen: list = []
     x = torch.ones(3, device=dev)
@@ -52,24 +54,21 @@ def test_step_closures_run_after_the_barrier_in_order():
 
 def test_async_step_closures_keep_order_and_report_errors():
     seen: list = []
+    ran, recorded = threading.Event(), threading.Event()
     for i in range(5):
         xm.add_step_closure(seen.append, args=(i,), run_async=True)
+    xm.add_step_closure(ran.set, run_async=True)  # one thread, in order: after the five
     xl.sync()
-    deadline = time.monotonic() + 30
-    while len(seen) < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert ran.wait(30)
     assert seen == [0, 1, 2, 3, 4]
 
     def boom() -> None:
         raise ValueError("closure failed")
 
     xm.add_step_closure(boom, run_async=True)
+    xm.add_step_closure(recorded.set, run_async=True)  # runs once boom's failure is recorded...
     xl.sync()
-    from xlacache.lazy.state import STATE
-
-    deadline = time.monotonic() + 30
-    while STATE.closure_error is None and time.monotonic() < deadline:
-        time.sleep(0.01)  # the failure is recorded...
+    assert recorded.wait(30)
     with pytest.raises(RuntimeError, match="asynchronous step closure failed"):
         xl.sync()  # ...and raised by the next barrier
     xl.sync()  # once
@@ -116,15 +115,21 @@ def test_compile_bounds_different_graphs():
 # ------------------------------------------------------------------ the other names
 
 
-def test_rate_tracker():
-    tracker = xm.RateTracker(smooth_factor=0.0)
+def test_rate_tracker(monkeypatch):
+    from xlacache.lazy import steps
+
+    now = [1000.0]  # a clock the test moves: exact rates, no sleeping
+    monkeypatch.setattr(steps, "time", types.SimpleNamespace(time=lambda: now[0]))
+    tracker = xm.RateTracker(smooth_factor=0.5)
     tracker.add(100)
-    time.sleep(0.05)
-    r = tracker.rate()
-    assert 100 / 0.5 < r <= 100 / 0.05 + 1e-6
-    assert 0 < tracker.global_rate() <= 100 / 0.05 + 1e-6
-    tracker.add(50)
-    assert tracker.global_rate() > 0
+    now[0] += 2.0
+    assert tracker.rate() == 50.0  # the first rate: nothing to smooth with
+    tracker.add(30)
+    now[0] += 1.0
+    assert tracker.rate() == 0.5 * 30.0 + 0.5 * 50.0
+    tracker.add(20)
+    assert tracker.global_rate() == 150 / 3.0  # everything added, since creation
+    assert tracker.rate() == 0.0  # no time passed: no rate
 
 
 def test_sample_generator_feeds_the_device_loader():

@@ -9,6 +9,8 @@ import torch
 
 import xlacache.lazy as xl
 
+pytestmark = pytest.mark.slow  # measured: most tests here take seconds
+
 dev = xl.device()
 
 

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.conftest import make_key
+from tests.waiting import wait_for
 from xlacache import entry
 
 READ_TOKEN = "read-token-0123456789abcdef"
@@ -20,10 +22,6 @@ ADMIN_TOKEN = "admin-token-0123456789abcdef"
 STARTUP_SECONDS = 30.0
 _LISTEN = re.compile(r"listening on (\S+):(\d+)")
 _HTTP = re.compile(r"metrics on http://(\S+):(\d+)/")
-
-
-def make_key(name: str) -> str:
-    return hashlib.sha256(name.encode()).hexdigest()
 
 
 def make_entry(name: str, size: int = 4096) -> tuple[str, bytes]:
@@ -89,20 +87,24 @@ def start_server(
             args, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
     server = ServerProcess(proc, store, log, args=args)
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
+
+    def listening() -> str | None:
         text = server.log_text()
-        match = _LISTEN.search(text)
-        if match and ("--metrics-listen" not in extra or _HTTP.search(text)):
-            server.port = int(match.group(2))
-            http = _HTTP.search(text)
-            server.http_port = int(http.group(2)) if http else None
-            return server
+        if _LISTEN.search(text) and ("--metrics-listen" not in extra or _HTTP.search(text)):
+            return text
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{text}")
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"server did not start:\n{server.log_text()}")
+        return None
+
+    try:
+        text = wait_for(listening, STARTUP_SECONDS, "the server to start")
+    except AssertionError as exc:
+        proc.kill()
+        raise RuntimeError(f"{exc}:\n{server.log_text()}") from None
+    server.port = int(_LISTEN.search(text).group(2))
+    http = _HTTP.search(text)
+    server.http_port = int(http.group(2)) if http else None
+    return server
 
 
 def start_bucket_server(

@@ -84,6 +84,7 @@ def _serve(*args, env=None) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_and_nonzero(tmp_path):
     for args, needle in [
         (["--store", str(tmp_path / "s"), "--listen", "0.0.0.0:0"], "refusing"),

@@ -8,6 +8,7 @@ from srvutil import make_entry, make_key, start_server
 from test_server_rpc import put_raw, stub_for
 
 from tests.conftest import forge_header
+from tests.waiting import wait_for
 from xlacache import entry
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import CorruptEntryError
@@ -16,7 +17,7 @@ from xlacache.stores.local import LocalStore
 from xlacache.stores.remote import GrpcStore
 from xlacache.stores.tiered import TieredStore
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.mark.parametrize("change", [{"created": "yesterday"}, {"payload_size": -1}])
@@ -139,7 +140,6 @@ def test_list_pages_read_a_page_of_rows_not_the_store(tmp_path):
 
 
 def test_server_reconciles_index_drift_periodically_and_counts_it(tmp_path):
-    import time
     import urllib.request
 
     srv = start_server(tmp_path, "--reconcile-interval", "1s", "--metrics-listen", "127.0.0.1:0")
@@ -151,9 +151,8 @@ def test_server_reconciles_index_drift_periodically_and_counts_it(tmp_path):
             key, blob = make_entry(name, 1000)
             local.entry_path(key).parent.mkdir(exist_ok=True)
             local.entry_path(key).write_bytes(blob)
-        deadline = time.monotonic() + 60
-        while store.summary().entries < 3 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_for(lambda: store.summary().entries >= 3, 60, "the index to take in the entries",
+                 interval=0.2)  # fmt: skip
         assert store.summary().entries == 3
         assert len(list(store.list())) == 3
         url = f"http://127.0.0.1:{srv.http_port}/metrics"

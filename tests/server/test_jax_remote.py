@@ -15,7 +15,7 @@ from srvutil import WRITE_TOKEN
 from xlacache.stores.local import LocalStore
 from xlacache.stores.remote import GrpcStore
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 WORKER = textwrap.dedent(
     """

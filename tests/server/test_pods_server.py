@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 
 import pytest
 from srvutil import (
@@ -18,25 +17,19 @@ from srvutil import (
     write_tokens,
 )
 
+from tests.waiting import wait_for
 from xlacache import counters
 from xlacache.cache import CompilationCache
 from xlacache.errors import PermissionDeniedError
 from xlacache.stores.gcs import GCSStore
 from xlacache.stores.remote import GrpcStore
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 SECONDS = 60.0
 
 
 def never(*_):
     raise AssertionError("must not be called")
-
-
-def wait_for(condition, what: str) -> None:
-    deadline = time.monotonic() + SECONDS
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -77,7 +70,8 @@ def test_a_new_reader_prefetches_its_jobs_entries_and_counts_them_when_used(serv
     assert figures["hits"] == figures["prefetch_hits"] == figures["remote_hits"] == 2
     assert figures["misses"] == 0
     reader.close()  # sends the uses (Touch)
-    wait_for(lambda: [served_hits(server.url, k) for k in keys] == [2, 2, 1], "touched hits")
+    wait_for(lambda: [served_hits(server.url, k) for k in keys] == [2, 2, 1], SECONDS,
+             "the touched hits")  # fmt: skip
 
 
 def test_a_reader_without_a_local_directory_counts_remote_hits(server):

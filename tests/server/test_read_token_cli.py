@@ -4,24 +4,15 @@ tools' reads leave the server's hit counts and LRU order alone (issue 20, item 4
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from srvutil import ADMIN_TOKEN, READ_TOKEN, WRITE_TOKEN, make_entry
 
 from tests.cli_helpers import assert_one_line_error, run
+from tests.waiting import wait_for
 from xlacache.stores import open_store
 
-pytestmark = pytest.mark.timeout(180)
-
-
-def wait_for(probe, seconds: float):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if (found := probe()) is not None:
-            return found
-        time.sleep(0.1)
-    raise AssertionError("timed out")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def _hits(url: str) -> dict[str, tuple[int, float]]:
@@ -63,7 +54,8 @@ def test_read_token_runs_the_read_only_commands_and_counts_no_use(auth_server, t
     assert result.exit_code == 1 and "not signed by a trusted key" in result.stderr
     # Hits reach the index in the background: one real use, once shown, shows the rest.
     open_store(url, token=READ_TOKEN).get(keys[1])
-    after = wait_for(lambda: h if (h := _hits(url))[keys[1]][0] == 1 else None, 30)
+    after = wait_for(lambda: h if (h := _hits(url))[keys[1]][0] == 1 else None, 30,
+                     "the served hit to be counted", interval=0.1)  # fmt: skip
     after[keys[1]] = before[keys[1]][0], after[keys[1]][1]
     assert {k: h for k, (h, _) in after.items()} == {k: h for k, (h, _) in before.items()}
     after[keys[1]] = before[keys[1]]

@@ -29,7 +29,7 @@ from xlacache.server import misses as server_misses
 from xlacache.server.service import MISS_REPORT_RATE
 from xlacache.stores.remote import GrpcStore
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def record(n: int, **fields) -> dict:

@@ -9,14 +9,14 @@ import signal
 import pytest
 from srvutil import make_entry, start_bucket_server
 
-from tests.cli_helpers import read_bundle, run_json
+from tests.cli_helpers import cli_json, read_bundle
 from tests.stores.backends import corrupt_object
 from xlacache.errors import StoreUnavailableError
 from xlacache.stores.gcs import GCSStore, entry_name
 from xlacache.stores.local import LocalStore
 from xlacache.stores.remote import GrpcStore
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture
@@ -88,17 +88,17 @@ def test_store_commands_through_a_replica_see_the_bucket(replicas, gcs, tmp_path
     for key, blob in entries.items():
         bucket.put(key, blob)  # written by another replica, or directly
     replica = replicas("cli")
-    assert run_json("stats", replica.url)["entries"] == 3
-    assert {e["key"] for e in run_json("inspect", replica.url)["entries"]} == set(entries)
+    assert cli_json("stats", replica.url)["entries"] == 3
+    assert {e["key"] for e in cli_json("inspect", replica.url)["entries"]} == set(entries)
     bad = next(iter(entries))
     corrupt_object(bucket, bad)
-    assert run_json("verify", replica.url, "--repair")["corrupt"] == [bad]
+    assert cli_json("verify", replica.url, "--repair")["corrupt"] == [bad]
     assert not bucket.contains(bad)
-    exported = run_json("export", replica.url, str(tmp_path / "b.tar"))
+    exported = cli_json("export", replica.url, str(tmp_path / "b.tar"))
     manifest, _ = read_bundle(tmp_path / "b.tar")
     assert exported["exported"] == 2
     assert {e["key"] for e in manifest["entries"]} == set(entries) - {bad}
-    pruned = run_json("prune", replica.url, "--max-size", "0")
+    pruned = cli_json("prune", replica.url, "--max-size", "0")
     assert pruned["count"] == 2 and list(bucket.list()) == []
 
 

@@ -12,13 +12,14 @@ import grpc
 import pytest
 from srvutil import make_entry, start_server
 
+from tests.waiting import wait_for
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import CacheError
 from xlacache.stores.local import LocalStore
 from xlacache.stores.remote import GrpcStore
 from xlacache.stores.resilience import CircuitBreaker
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def test_32_concurrent_clients_zero_errors_every_read_verified(server):
@@ -90,13 +91,9 @@ def _no_partial_entries(store_dir) -> None:
 
 def _wait_until_server_is_handling_it(srv) -> None:
     """Until the upload is running in the server, not merely queued in a socket."""
-    deadline = time.monotonic() + 30
     url = f"http://127.0.0.1:{srv.http_port}/status.json"
-    while time.monotonic() < deadline:
-        if json.loads(urllib.request.urlopen(url, timeout=10).read())["active_rpcs"] >= 1:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the upload never reached the server")
+    wait_for(lambda: json.loads(urllib.request.urlopen(url, timeout=10).read())["active_rpcs"],
+             30, "the upload to reach the server")  # fmt: skip
 
 
 def test_sigterm_lets_an_upload_in_flight_finish(tmp_path):
@@ -148,14 +145,14 @@ def test_client_survives_server_death_and_reconnects_after_restart(tmp_path):
     # Same port, same directory: once the backoff passes, the same client reconnects.
     srv2 = start_server(tmp_path, store=srv.store, listen=srv.address)
     try:
-        deadline = time.monotonic() + 30
-        got = None
-        while got is None and time.monotonic() < deadline:
+
+        def reconnected():
             try:
-                got = store.get(key)
+                return store.get(key)
             except CacheError:
-                time.sleep(0.2)
-        assert got == blob
+                return None
+
+        assert wait_for(reconnected, 30, "the client to reconnect", interval=0.2) == blob
     finally:
         srv2.stop()
 

@@ -25,7 +25,7 @@ from xlacache.errors import (
 from xlacache.stores import PrunePolicy, open_store
 from xlacache.stores.local import LocalStore
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def stub_for(server) -> pb_grpc.CacheStub:

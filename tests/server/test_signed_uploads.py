@@ -54,6 +54,7 @@ def refused(store: GrpcStore, key: str, blob: bytes) -> UntrustedEntryError:
     return caught.value
 
 
+@pytest.mark.slow
 def test_unsigned_foreign_and_tampered_uploads_are_refused(signed_server, keys):
     writer, _, stranger = keys
     store = GrpcStore(signed_server.url, timeout=10)
@@ -72,6 +73,7 @@ def test_unsigned_foreign_and_tampered_uploads_are_refused(signed_server, keys):
     assert list((signed_server.store / "tmp").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_refusal_is_permission_denied_with_a_reason_and_detail(signed_server):
     """What any gRPC client sees: the status code and the machine-readable reason."""
     key, blob = blob_for(4, size=4096)

@@ -17,7 +17,7 @@ from cryptography.x509.oid import NameOID
 from xlacache.errors import ConfigError
 from xlacache.server.auth import TokenTable
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 TOKEN = "read-token-0123456789abcdef"
 

@@ -10,7 +10,6 @@ import json
 import os
 import socket
 import threading
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -20,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from srvutil import ADMIN_TOKEN, READ_TOKEN, WRITE_TOKEN, make_entry, start_server, write_tokens
 from test_server_rpc import bearer
 
+from tests.waiting import wait_for
 from xlacache import entry
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache._proto.v1 import cache_pb2_grpc as pb_grpc
@@ -27,7 +27,7 @@ from xlacache.entry import MAX_ENTRY_SIZE
 from xlacache.protocol import status
 from xlacache.stores.remote import GrpcStore
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 MiB = 1024 * 1024
 STALLED_CLIENTS = 60
@@ -50,14 +50,6 @@ def idle_cuts(srv) -> float:
             if line.startswith('xlacache_rejected_total{reason="idle"}'):
                 return float(line.split()[-1])
     return 0.0
-
-
-def wait_for(condition, what: str, timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def proc_status(pid: int, field: str) -> int:
@@ -112,7 +104,12 @@ def test_stalled_clients_starve_nobody_and_are_cut_after_the_idle_timeout(tmp_pa
             stalled_puts.append(
                 pb_grpc.CacheStub(channels[-1]).Put.future(declare_and_stall(), timeout=WAIT)
             )
-        wait_for(lambda: server_status(srv)["active_rpcs"] >= STALLED_CLIENTS + 2, "the stalls")
+        wait_for(
+            lambda: server_status(srv)["active_rpcs"] >= STALLED_CLIENTS + 2,
+            WAIT,
+            "the stalls",
+            interval=0.2,
+        )
 
         # While they stall: health answers, and a normal Get and Put go through.
         assert health(srv) == health_pb2.HealthCheckResponse.SERVING
@@ -123,7 +120,12 @@ def test_stalled_clients_starve_nobody_and_are_cut_after_the_idle_timeout(tmp_pa
         assert other.get(fresh_key) == fresh
 
         # The stalled streams are cut after the idle timeout, each with CANCELLED.
-        wait_for(lambda: server_status(srv)["active_rpcs"] == 0, "the stalls to be cut")
+        wait_for(
+            lambda: server_status(srv)["active_rpcs"] == 0,
+            WAIT,
+            "the stalls to be cut",
+            interval=0.2,
+        )
         assert idle_cuts(srv) == STALLED_CLIENTS + 2
         for call in stalled_gets:  # what was in flight arrives, then the cancellation
             received = 0
@@ -155,7 +157,7 @@ def test_streams_beyond_the_limit_are_refused_at_once_and_health_still_answers(t
             channels.append(channel(srv))
             get = channels[-1].unary_stream("/xlacache.v1.Cache/Get")
             calls.append(get(pb.GetRequest(key=big_key).SerializeToString(), timeout=WAIT))
-        wait_for(lambda: server_status(srv)["active_rpcs"] >= 4, "the stalls")
+        wait_for(lambda: server_status(srv)["active_rpcs"] >= 4, WAIT, "the stalls", interval=0.2)
         with channel(srv) as ch, pytest.raises(grpc.RpcError) as refused:
             pb_grpc.CacheStub(ch).Stat(pb.StatRequest(keys=[big_key]), timeout=30)
         assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -163,7 +165,12 @@ def test_streams_beyond_the_limit_are_refused_at_once_and_health_still_answers(t
         assert health(srv) == health_pb2.HealthCheckResponse.SERVING
         for call in calls:
             call.cancel()
-        wait_for(lambda: server_status(srv)["active_rpcs"] == 0, "the cancelled calls to end")
+        wait_for(
+            lambda: server_status(srv)["active_rpcs"] == 0,
+            WAIT,
+            "the cancelled calls to end",
+            interval=0.2,
+        )
         assert GrpcStore(srv.url, timeout=30).get(big_key) == big
     finally:
         for ch in channels:

@@ -20,6 +20,7 @@ import pytest
 from browser import dump_dom, parse, screenshot
 from srvutil import READ_TOKEN, WRITE_TOKEN, make_key, start_server, write_tokens
 
+from tests.waiting import wait_for
 from xlacache import entry
 from xlacache.server.charts import BYTES, SECONDS, line_chart, nice_top
 from xlacache.stores.remote import GrpcStore
@@ -70,16 +71,14 @@ def busy_server(tmp_path_factory):
     worker.report_miss(miss(2, "devices", "device count 8 -> 4"))
     worker.report_miss(miss(3, "flags", "`--xla_b=<i>x</i>` added"))
     # Until the hits reached the index and a few samples were taken after the traffic.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def shown() -> bool:
         status = status_json(srv)
         history = status["history"]
         quiet = history["saved_seconds"][-3:] == [SAVED] * 3 and history["entries"][-1] == 3
-        if status["saved_seconds"] == SAVED and quiet:
-            break
-        time.sleep(0.2)
-    else:
-        raise AssertionError(f"the server never showed the traffic: {status}")
+        return status["saved_seconds"] == SAVED and quiet
+
+    wait_for(shown, 60, "the status page to show the traffic", interval=0.2)
     yield srv
     srv.stop(signal.SIGKILL)
 
@@ -88,6 +87,7 @@ def known(values: list) -> list:
     return [v for v in values if v is not None]
 
 
+@pytest.mark.slow
 def test_status_json_counts_the_traffic(busy_server):
     status = status_json(busy_server)
     assert (status["hits"], status["misses"], status["hit_rate"]) == (6, 2, "75.0%")

@@ -46,6 +46,7 @@ def test_put_uploads_in_background_and_other_worker_hits_remotely(tmp_path, serv
     b.close()
 
 
+@pytest.mark.slow
 def test_readonly_tier_never_uploads(tmp_path, server):
     ro = tier(tmp_path, "ro", server.url, readonly=True)
     key, blob = make_entry("ro", 1000)
@@ -55,6 +56,7 @@ def test_readonly_tier_never_uploads(tmp_path, server):
     assert not GrpcStore(server.url).contains(key)
 
 
+@pytest.mark.slow
 def test_read_token_tier_stops_uploading_after_refusal(tmp_path, auth_server):
     worker = tier(tmp_path, "w", auth_server.url, token=READ_TOKEN)
     keys = []
@@ -71,6 +73,7 @@ def test_read_token_tier_stops_uploading_after_refusal(tmp_path, auth_server):
     assert counters.snapshot()["uploads"] == 0
 
 
+@pytest.mark.slow
 def test_queue_full_drops_uploads_with_a_count(tmp_path, server):
     t = tier(tmp_path, "q", server.url, queue_entries=1, queue_bytes=1)
     key, blob = make_entry("dropped", 1000)
@@ -124,6 +127,7 @@ def test_server_killed_mid_run_tier_keeps_working(tmp_path, server):
     t.close()
 
 
+@pytest.mark.slow
 def test_hung_server_costs_short_timeouts_then_backs_off(tmp_path, server):
     t = TieredStore(LocalStore(tmp_path / "h"), GrpcStore(server.url, timeout=1))
     assert not t.remote.contains(make_entry("warm", 10)[0])  # connected before it hangs

@@ -17,6 +17,7 @@ from xlacache.stores import open_store
 from xlacache.stores.resilience import CircuitBreaker
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.timeout(120),
     pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command"),
 ]

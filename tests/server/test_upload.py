@@ -12,6 +12,7 @@ import grpc
 import pytest
 from srvutil import make_entry, start_server
 
+from tests.waiting import wait_for
 from xlacache import entry
 from xlacache.errors import ConfigError, CorruptEntryError
 from xlacache.protocol import wire
@@ -178,6 +179,7 @@ def test_fsync_off_syncs_only_on_request_and_only_recent_entries(tmp_path, monke
     assert len(synced) == 2  # closing syncs nothing with fsync off
 
 
+@pytest.mark.slow
 def test_an_entry_torn_by_a_machine_crash_is_a_miss_never_a_wrong_answer(tmp_path):
     """What fsync off risks: after a power loss an entry may be zero-filled or cut short.
     Reads find it (header, length, body SHA-256), it is removed, and the next put heals."""
@@ -211,6 +213,7 @@ def test_an_entry_torn_by_a_machine_crash_is_a_miss_never_a_wrong_answer(tmp_pat
         srv.stop()
 
 
+@pytest.mark.slow
 def test_stale_temp_files_are_removed_at_startup(tmp_path):
     store = LocalStore(tmp_path / "s")
     old, fresh = store.tmp_dir / "old.tmp", store.tmp_dir / "fresh.tmp"
@@ -237,6 +240,7 @@ def test_settings_for_fsync_and_direct_io():
     assert load_config({"store": "/s", "direct_io": "yes"}, env={}).direct_io
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags", [[], ["--no-fsync"], ["--fsync", "always"], ["--fsync", "off", "--direct-io"]]
 )
@@ -280,14 +284,12 @@ def _tmp_files(store_dir) -> list:
     return list((store_dir / "tmp").iterdir())
 
 
+@pytest.mark.slow
 def test_upload_abandoned_mid_stream_leaves_no_temp_file(server):
     key, blob = make_entry("abandoned", 3 * 1024 * 1024)
     with pytest.raises(grpc.RpcError):
         _upload(server, key, blob, 256 * 1024, after=4, fail=True)
-    deadline = time.monotonic() + 20
-    while _tmp_files(server.store) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _tmp_files(server.store) == []
+    wait_for(lambda: _tmp_files(server.store) == [], 20, "the temporary file to go")
     assert not LocalStore(server.store, readonly=True).contains(key)
     # Bad digest, several chunks in: also nothing left behind.
     stub = GrpcStore(server.url)._put_raw
@@ -302,6 +304,7 @@ def test_upload_abandoned_mid_stream_leaves_no_temp_file(server):
     assert _tmp_files(server.store) == [] and GrpcStore(server.url).get(key) is None
 
 
+@pytest.mark.slow
 def test_sigkill_mid_upload_leaves_no_entry(tmp_path):
     srv = start_server(tmp_path)
     key, blob = make_entry("killed", 4 * 1024 * 1024)
@@ -317,10 +320,8 @@ def test_sigkill_mid_upload_leaves_no_entry(tmp_path):
     t = threading.Thread(target=run, daemon=True)
     t.start()
     assert paused.wait(30)
-    deadline = time.monotonic() + 20  # until the server has begun writing the upload
-    while not _tmp_files(srv.store) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _tmp_files(srv.store), "the upload never reached tmp/"
+    wait_for(lambda: _tmp_files(srv.store), 20, "the server to begin writing the upload to tmp/",
+             interval=0.02)  # fmt: skip
     srv.stop(signal.SIGKILL)
     local = LocalStore(srv.store, readonly=True)
     assert not local.contains(key) and local.verify().corrupt == []

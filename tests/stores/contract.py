@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import make_blob, make_key
+from tests.waiting import wait_for
 from xlacache import counters, entry
 from xlacache.errors import CorruptEntryError, ReadOnlyError
 from xlacache.stores.base import PrunePolicy, Store
@@ -191,6 +192,7 @@ class StoreContract:
         entry.verify(got, key)
         assert [i.key for i in store.list()] == [key]
 
+    @pytest.mark.slow
     def test_concurrent_put_of_one_key_from_processes(self, store, tmp_path):
         self.check_concurrent_writers(store, tmp_path, writers=4)
 
@@ -214,10 +216,8 @@ class StoreContract:
                 )
             )
         try:
-            deadline = time.monotonic() + CHILD_SECONDS
-            while not all(r.exists() for r in readies) and time.monotonic() < deadline:
-                assert all(p.poll() is None for p in procs), "a writer died before the start"
-                time.sleep(0.01)
+            wait_for(lambda: all(r.exists() for r in readies), CHILD_SECONDS,
+                     "every writer to get ready", procs=procs, interval=0.01)  # fmt: skip
             go.touch()  # all at once
             for p in procs:
                 out, err = p.communicate(timeout=CHILD_SECONDS)

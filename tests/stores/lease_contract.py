@@ -25,6 +25,7 @@ import time
 import pytest
 
 from tests.conftest import make_key
+from tests.waiting import wait_for
 from xlacache import counters
 from xlacache.stores.leases import LeaseTable, Wake
 
@@ -102,15 +103,14 @@ class LeaseContract:
         assert table.holder(name) == f"holder-{winners[0]}"
         table.release(name, f"holder-{winners[0]}")
 
+    @pytest.mark.slow
     def test_an_expired_lease_is_taken_over(self, table):
         if not self.expires:
             pytest.skip("held for as long as the holder lives")
         name = make_key(6)
         assert table.acquire(name, "holder-a", 1.0).granted
-        deadline = time.monotonic() + 30
-        while table.holder(name) is not None:  # not renewed: it expires
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        # Not renewed: it expires.
+        wait_for(lambda: table.holder(name) is None, 30, "the lease to expire", interval=0.2)
         grant = table.acquire(name, "holder-b", 30)
         assert grant.granted and grant.taken_over
         assert not table.renew(name, "holder-a", 30)  # a lost it
@@ -134,11 +134,7 @@ class LeaseContract:
             stderr=subprocess.PIPE,
         )
         try:
-            deadline = time.monotonic() + CHILD_SECONDS
-            while not ready.exists():
-                assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+            wait_for(ready.exists, CHILD_SECONDS, "the holder to take its lease", procs=[proc])
             # Alive, it renews: refused for longer than its ttl.
             alive_until = time.monotonic() + 1.5 * ttl
             while time.monotonic() < alive_until:
@@ -150,9 +146,12 @@ class LeaseContract:
             proc.kill()
             proc.wait(30)
         killed = time.monotonic()
-        while not (grant := table.acquire(name, "waiter", ttl)).granted:
-            assert time.monotonic() - killed < CHILD_SECONDS
-            time.sleep(0.1)
+        grant = wait_for(
+            lambda: g if (g := table.acquire(name, "waiter", ttl)).granted else None,
+            CHILD_SECONDS,
+            "the waiter to take the lease over",
+            interval=0.1,
+        )
         # Taken over once the lease expired: within its ttl (plus the backend's clock
         # allowance and a few polls), not after some longer timeout.
         assert grant.taken_over
@@ -182,14 +181,16 @@ class LeaseContract:
     def test_a_wait_on_a_free_lease_ends_when_someone_takes_it(self, table):
         name = make_key(16)
         threading.Timer(0.3, table.acquire, args=(name, "holder-a", 30)).start()
-        deadline = time.monotonic() + CHILD_SECONDS
-        waits = 0
-        while (waited := table.wait(name, CHILD_SECONDS, free=True)).wake is not Wake.HELD:
-            waits += 1  # a polling backend looks once per call
-            assert time.monotonic() < deadline
+        calls = []  # a polling backend looks once per call
+
+        def taken():
+            calls.append(waited := table.wait(name, CHILD_SECONDS, free=True))
+            return waited if waited.wake is Wake.HELD else None
+
+        waited = wait_for(taken, CHILD_SECONDS, "someone to take the lease", interval=0)
         assert waited.holder == "holder-a"
         if self.pushes_free:
-            assert waited.pushed and waits == 0
+            assert waited.pushed and len(calls) == 1
         table.release(name, "holder-a")
 
     # -- holders that die or hang ----------------------------------------------------------
@@ -205,11 +206,7 @@ class LeaseContract:
             env={**os.environ, **env},
             stderr=subprocess.PIPE,
         )
-        deadline = time.monotonic() + CHILD_SECONDS
-        while not ready.exists():
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for(ready.exists, CHILD_SECONDS, "the holder to take its lease", procs=[proc])
         return proc
 
     @pytest.mark.slow
@@ -266,14 +263,15 @@ class LeaseContract:
         barrier = threading.Barrier(7)
 
         def waiter(i: int) -> None:
-            barrier.wait(30)
-            deadline = time.monotonic() + CHILD_SECONDS
-            while time.monotonic() < deadline:
+            def decided():
                 grant = table.acquire(name, f"waiter-{i}", 30)
                 if grant.granted or (table.holder(name) or "").startswith("waiter"):
-                    grants[i] = grant
-                    return
+                    return grant
                 table.wait(name, 1.0)
+                return None
+
+            barrier.wait(30)
+            grants[i] = wait_for(decided, CHILD_SECONDS, "a waiter to take over", interval=0)
 
         threads = [threading.Thread(target=waiter, args=(i,)) for i in range(6)]
         try:

@@ -78,6 +78,7 @@ def bucket_server(tmp_path_factory, gcs_emulator):
     srv.bucket.close()
 
 
+@pytest.mark.slow  # a server in front of a bucket: seconds per test (measured)
 class TestGrpcStoreOverABucket(TestGrpcStore):
     """The same contract through a server whose store is a bucket (read-through and
     write-through over its local directory; the bucket answers queries)."""

@@ -177,6 +177,7 @@ def test_persistent_errors_give_up_then_the_breaker_stops_calling(gcs):
     assert gcs.proxy.requests == []  # the breaker is open: no request at all
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)  # the stalls add up to minutes if a deadline is missed
 def test_a_stalled_gcs_costs_one_deadline(gcs):
     store = GCSStore(gcs.url(), timeout=1.0, min_rate=1 << 40, retry=FAST_RETRY)
@@ -227,6 +228,7 @@ def test_failures_are_typed_by_http_status_not_message_text(gcs, status, error):
     assert f"HTTP {status}" in str(caught.value)
 
 
+@pytest.mark.slow
 def test_gcs_users_do_not_import_the_grpc_client():
     code = "import sys, xlacache.stores.gcs; print(*sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -346,6 +348,7 @@ def test_verify_reports_stray_objects(gcs):
     assert store.get(key) == blob
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_an_unreachable_endpoint_fails_within_the_deadline(gcs):
     objects = GCSObjects(gcs.url(), endpoint_url="http://127.0.0.1:9", token="anon", timeout=2)

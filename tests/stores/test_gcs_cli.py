@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.cli_helpers import assert_one_line_error, read_bundle, run, run_json
+from tests.cli_helpers import assert_one_line_error, cli_json, read_bundle, run
 from tests.conftest import make_blob, run_python
 from tests.stores.backends import corrupt_object
 from xlacache.stores.gcs import GCSStore
@@ -30,10 +30,10 @@ def filled(gcs):
 
 def test_inspect_and_stats(filled):
     store, blobs = filled
-    listing = run_json("inspect", store.url)
+    listing = cli_json("inspect", store.url)
     assert listing["store"] == store.url and listing["total"] == 3
     assert [e["key"] for e in listing["entries"]] == list(blobs)  # newest first
-    stats = run_json("stats", store.url)
+    stats = cli_json("stats", store.url)
     assert stats["entries"] == 3 and stats["bytes"] == sum(len(b) for b in blobs.values())
     assert stats["compile_seconds"] == pytest.approx(6.0)
     table = run("inspect", store.url)
@@ -43,9 +43,9 @@ def test_inspect_and_stats(filled):
 def test_prune_dry_run_then_for_real(filled, gcs):
     store, blobs = filled
     gcs.proxy.reset_log()
-    dry = run_json("prune", store.url, "--older-than", "5d", "--dry-run")
+    dry = cli_json("prune", store.url, "--older-than", "5d", "--dry-run")
     assert dry["count"] == 2 and gcs.proxy.writes() == []
-    done = run_json("prune", store.url, "--older-than", "5d")
+    done = cli_json("prune", store.url, "--older-than", "5d")
     assert done["count"] == 2
     assert [i.key for i in store.list()] == [next(iter(blobs))]
 
@@ -56,15 +56,15 @@ def test_verify_and_repair(filled):
     corrupt_object(store, bad)
     result = run("verify", store.url)
     assert result.exit_code == 1 and bad in result.stdout
-    repaired = run_json("verify", store.url, "--repair")
+    repaired = cli_json("verify", store.url, "--repair")
     assert repaired["corrupt"] == [bad] and repaired["repaired"]
-    assert run_json("verify", store.url)["corrupt"] == []
+    assert cli_json("verify", store.url)["corrupt"] == []
 
 
 def test_export_bundle(filled, tmp_path):
     store, blobs = filled
     bundle = tmp_path / "cache.tar"
-    out = run_json("export", store.url, str(bundle))
+    out = cli_json("export", store.url, str(bundle))
     assert out["exported"] == 3
     manifest, members = read_bundle(bundle)
     assert {e["key"] for e in manifest["entries"]} == set(blobs)
@@ -75,6 +75,7 @@ def test_a_prefix_without_a_cache_is_one_line_error(gcs):
     assert_one_line_error(run("stats", gcs.url("nothing-here")), code=2)
 
 
+@pytest.mark.slow
 def test_without_gcsfs_a_gs_url_is_a_clear_error(tmp_path):
     code = (
         "import sys; sys.modules['gcsfs'] = None\n"  # as if gcsfs were not installed

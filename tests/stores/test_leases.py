@@ -122,6 +122,7 @@ class TestServerLeases(GrpcLeaseTable, LeaseContract):
         return memory_lease_server
 
 
+@pytest.mark.slow  # a server in front of a bucket: seconds per test (measured)
 class TestBucketServerLeases(GrpcLeaseTable, LeaseContract):
     skew = DEFAULT_SKEW
     sees_death = True
