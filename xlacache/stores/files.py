@@ -47,6 +47,9 @@ def info_from_header(header: entry.Header, size: int) -> EntryInfo:
         hits=0,
         compile_seconds=header.compile_seconds,
         label=header.label,
+        format_version=header.format_version,
+        jaxlib=header.jaxlib,
+        platform=header.platform,
     )
 
 
