@@ -82,13 +82,17 @@ class Queries:
             version=__version__,
             uptime_seconds=time.time() - self.metrics.started,
             counters=self.metrics.plain(),
+            by_jaxlib=[pb.VersionSummary(**v.to_dict()) for v in self.store.by_jaxlib()],
         )
 
     def prune(self, request, context) -> pb.PruneResponse:
+        if request.HasField("stale_for_jaxlib") and not request.stale_for_jaxlib:
+            raise InvalidRequestError("stale_for_jaxlib: name the jaxlib version to keep")
         policy = PrunePolicy(
             max_size=_optional(request, "max_size"),
             older_than=_optional(request, "older_than_seconds"),
             unused_for=_optional(request, "unused_for_seconds"),
+            stale_for=_optional(request, "stale_for_jaxlib"),
         )
         removed = self.store.prune(policy, dry_run=request.dry_run)
         return pb.PruneResponse(removed=[_info(i) for i in removed])

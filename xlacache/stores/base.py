@@ -54,6 +54,10 @@ class PrunePolicy:
     # can load (another jaxlib, another entry format) go (`prune --stale`).
     stale_for: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.stale_for == "":
+            raise ValueError("PrunePolicy.stale_for: name the jaxlib version to keep")
+
     def select(self, infos: Iterable[EntryInfo], now: float) -> list[EntryInfo]:
         """The entries this policy removes: too old or unused first, then least recently
         used ones until the rest fit in max_size."""

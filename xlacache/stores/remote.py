@@ -30,7 +30,14 @@ from xlacache.errors import (
 )
 from xlacache.key import is_valid_key
 from xlacache.protocol import CHUNK_SIZE, DEFAULT_PORT, fields_of, method_path, misses, status, wire
-from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.base import (
+    EntryInfo,
+    PrunePolicy,
+    Store,
+    StoreSummary,
+    VerifyReport,
+    VersionSummary,
+)
 from xlacache.stores.jobs import JobLog, check_job
 from xlacache.stores.remote_leases import GrpcLeases
 from xlacache.stores.resilience import CircuitBreaker
@@ -286,6 +293,10 @@ class GrpcStore(Store):
             compile_seconds=s.compile_seconds,
         )
 
+    def by_jaxlib(self) -> list[VersionSummary]:
+        """The server's entries and bytes per jaxlib version (from its Stats call)."""
+        return [VersionSummary(**fields_of(v)) for v in self.server_stats().by_jaxlib]
+
     def server_stats(self) -> pb.StatsResponse:
         """The server's own figures: store summary, limits, version, request counters."""
         return self._call(lambda: self._unary(self._stub.Stats, pb.StatsRequest()))
@@ -300,6 +311,8 @@ class GrpcStore(Store):
             request.older_than_seconds = policy.older_than
         if policy.unused_for is not None:
             request.unused_for_seconds = policy.unused_for
+        if policy.stale_for is not None:
+            request.stale_for_jaxlib = policy.stale_for
         reply = self._call(
             lambda: self._unary(self._stub.Prune, request, timeout=self.transfer_timeout)
         )
