@@ -185,7 +185,9 @@ def test_closing_the_store_while_another_thread_reads_never_rebuilds(tmp_path, m
         keys = [store.put(*make_blob(n)) or make_key(n) for n in range(20)]
     rebuilds = []
     real_rebuild = LocalIndex.rebuild
-    monkeypatch.setattr(LocalIndex, "rebuild", lambda self: rebuilds.append(1) or real_rebuild(self))
+    monkeypatch.setattr(
+        LocalIndex, "rebuild", lambda self: rebuilds.append(1) or real_rebuild(self)
+    )
     failures: list[BaseException] = []
     for _ in range(40):
         store = LocalStore(root)

@@ -112,10 +112,17 @@ def _random_infos(count: int, seed: int) -> list[EntryInfo]:
     rng = random.Random(seed)
     return [
         EntryInfo(
-            key=make_key(n), size=rng.randrange(1, 1000), payload_size=5,
-            created=rng.choice([10.0, 50.0, 90.0]), last_used=float(rng.randrange(100, 130)),
-            hits=0, compile_seconds=0.0, label="", format_version=rng.choice([0, 1, 2, 2]),
-            jaxlib=rng.choice(["", "0.10.2", "0.10.2", "0.9.2"]), platform="cpu",
+            key=make_key(n),
+            size=rng.randrange(1, 1000),
+            payload_size=5,
+            created=rng.choice([10.0, 50.0, 90.0]),
+            last_used=float(rng.randrange(100, 130)),
+            hits=0,
+            compile_seconds=0.0,
+            label="",
+            format_version=rng.choice([0, 1, 2, 2]),
+            jaxlib=rng.choice(["", "0.10.2", "0.10.2", "0.9.2"]),
+            platform="cpu",
         )  # fmt: skip
         for n in range(count)
     ]

@@ -134,8 +134,8 @@ def _versions(versions: list[dict]) -> str:
     """Entries and bytes by jaxlib version (`xlacache prune --stale` removes old ones)."""
     rows = "".join(
         f'<div data-jaxlib="{escape(v["jaxlib"])}" data-entries="{v["entries"]}">'
-        f'jaxlib {escape(v["jaxlib"] or "not recorded")}: {_num(v["entries"])} entries, '
-        f'{format_size(v["bytes"])}</div>'
+        f"jaxlib {escape(v['jaxlib'] or 'not recorded')}: {_num(v['entries'])} entries, "
+        f"{format_size(v['bytes'])}</div>"
         for v in versions
     )
     return f'<div id="by-jaxlib">{rows}</div>'

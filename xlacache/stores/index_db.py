@@ -495,4 +495,3 @@ def _close_all() -> None:
 
 os.register_at_fork(after_in_child=_reset_after_fork)
 atexit.register(_close_all)
-

@@ -82,7 +82,7 @@ doomed AS (
     UNION ALL
     SELECT key FROM kept WHERE :max IS NOT NULL AND before < total - :max
 )
-SELECT {', '.join(ENTRY_COLUMNS)} FROM entries JOIN doomed USING (key)
+SELECT {", ".join(ENTRY_COLUMNS)} FROM entries JOIN doomed USING (key)
 """
 
 
