@@ -12,11 +12,11 @@ import time
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache._version import __version__
 from xlacache.errors import CorruptEntryError, InvalidRequestError, ServerBusyError
-from xlacache.key import is_valid_key
+from xlacache.key import check_key, is_valid_key
 from xlacache.server.config import ServerConfig
 from xlacache.server.limits import Slots
 from xlacache.server.metrics import ServerMetrics
-from xlacache.server.rpc import checked_batch, checked_key
+from xlacache.server.rpc import checked_batch
 from xlacache.server.storage import ServedStore
 from xlacache.server.transfers import Transfers
 from xlacache.stores.base import EntryInfo, PrunePolicy
@@ -62,7 +62,7 @@ class Queries:
         return pb.StatResponse(results=results)
 
     def delete(self, request, context) -> pb.DeleteResponse:
-        return pb.DeleteResponse(deleted=self.store.delete(checked_key(request.key)))
+        return pb.DeleteResponse(deleted=self.store.delete(check_key(request.key)))
 
     def list(self, request, context) -> pb.ListResponse:
         size = min(request.page_size or DEFAULT_PAGE, MAX_PAGE)
@@ -106,7 +106,7 @@ class Queries:
     def report_corrupt(self, request, context) -> pb.ReportCorruptResponse:
         """Check an entry a client found corrupt; remove it if it is. The check streams the
         file; a few run at once, more are refused (`REPORT_RATE` limits each token)."""
-        key = checked_key(request.key)
+        key = check_key(request.key)
         if not self.verifications.try_acquire():
             self.metrics.rejected.labels("busy").inc()
             raise ServerBusyError("server busy: checking other reported entries, retry later")

@@ -49,7 +49,7 @@ from xlacache.errors import (
     PermissionDeniedError,
     ReadOnlyError,
 )
-from xlacache.key import is_valid_key
+from xlacache.key import check_key, is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
 from xlacache.stores.gcs_leases import GCSLeases
 from xlacache.stores.gcs_objects import DEFAULT_TIMEOUT, GCSObjects, ObjectInfo, RetryPolicy
@@ -69,8 +69,7 @@ _TOUCH_QUEUE = 1024  # use records waiting beyond this are dropped
 
 def entry_name(key: str) -> str:
     """The object name of an entry, relative to the store's prefix."""
-    if not is_valid_key(key):
-        raise ValueError(f"malformed cache key {key!r}")
+    check_key(key)
     return f"{ENTRIES}{key[:2]}/{key}{ENTRY_SUFFIX}"
 
 

@@ -24,11 +24,10 @@ from xlacache.errors import (
     CacheError,
     ConfigError,
     CorruptEntryError,
-    InvalidKeyError,
     ReadOnlyError,
     StoreUnavailableError,
 )
-from xlacache.key import is_valid_key
+from xlacache.key import check_key
 from xlacache.protocol import CHUNK_SIZE, DEFAULT_PORT, fields_of, method_path, misses, status, wire
 from xlacache.stores.base import (
     EntryInfo,
@@ -173,7 +172,7 @@ class GrpcStore(Store):
         return self._get_verified(key, peek=True)
 
     def _get_verified(self, key: str, peek: bool) -> bytes | None:
-        _check_key(key)
+        check_key(key)
         blob = self._call(lambda: self._get(key, peek))
         if blob is None:
             return None
@@ -226,7 +225,7 @@ class GrpcStore(Store):
 
     def put(self, key: str, blob: bytes) -> None:
         self._writable()
-        _check_key(key)
+        check_key(key)
         header = entry.read_header(blob)
         if header.key != key:
             raise CorruptEntryError(f"refusing to upload an entry for {header.key} under {key}")
@@ -251,17 +250,17 @@ class GrpcStore(Store):
 
     def contains_many(self, keys: list[str]) -> list[bool]:
         for key in keys:
-            _check_key(key)
+            check_key(key)
         reply = self._call(lambda: self._unary(self._stub.Contains, pb.ContainsRequest(keys=keys)))
         return list(reply.present)
 
     def delete(self, key: str) -> bool:
         self._writable()
-        _check_key(key)
+        check_key(key)
         return self._call(lambda: self._unary(self._stub.Delete, pb.DeleteRequest(key=key))).deleted
 
     def stat(self, key: str) -> EntryInfo | None:
-        _check_key(key)
+        check_key(key)
         reply = self._call(lambda: self._unary(self._stub.Stat, pb.StatRequest(keys=[key])))
         result = reply.results[0]
         return _info(result.info) if result.found else None
@@ -369,7 +368,7 @@ class GrpcStore(Store):
     def record_hit(self, key: str) -> None:
         """Count a use of an entry read with `peek`: sent with others (Touch) within a
         second, from a background thread; dropped if the server cannot take it."""
-        _check_key(key)
+        check_key(key)
         with self._touch_lock:
             if len(self._touches) >= MAX_TOUCHES:
                 return
@@ -431,11 +430,6 @@ class GrpcStore(Store):
             raise
         self.breaker.success()
         return result
-
-
-def _check_key(key: str) -> None:
-    if not is_valid_key(key):
-        raise InvalidKeyError(f"malformed cache key {key!r}")
 
 
 def _info(message: pb.EntryInfo) -> EntryInfo:
