@@ -57,8 +57,6 @@ def current_client() -> str:
     return _client.get()
 
 
-
-
 def checked_batch(keys) -> list[str]:
     if len(keys) > MAX_BATCH_KEYS:
         raise InvalidRequestError(f"at most {MAX_BATCH_KEYS} keys per call")
