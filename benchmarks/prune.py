@@ -23,9 +23,11 @@ Goal (issue 18): dry-run < 1 s, removal >= 20,000 entries/s at 50,000 entries.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
+import resource
 import shutil
 import sqlite3
 import subprocess
@@ -40,6 +42,7 @@ from xlacache import entry
 from xlacache.stores.base import PrunePolicy, current_jaxlib
 from xlacache.stores.index_db import Index
 from xlacache.stores.local import LocalStore
+from xlacache.units import parse_size
 
 XLACACHE = [sys.executable, "-m", "xlacache"]
 
@@ -52,7 +55,7 @@ def build(root: Path, count: int, size: int, stale_share: float, seed: int = 0) 
     total = 0
     payload = os.urandom(size)
     for n in range(count):
-        key = f"{n:064x}"
+        key = hashlib.sha256(n.to_bytes(8, "big")).hexdigest()  # 256 shards, as real keys
         old = rng.random() < stale_share
         blob = entry.encode(
             key, payload[: size - 8] + n.to_bytes(8, "big"), compile_seconds=0.1,
@@ -68,16 +71,28 @@ def build(root: Path, count: int, size: int, stale_share: float, seed: int = 0) 
     return total
 
 
-def timed(fn):
-    start = time.perf_counter()
+CPU: dict[str, float] = {}  # CPU seconds of each timed step (this process or the CLI's)
+
+
+def timed(fn, name: str = ""):
+    start, cpu = time.perf_counter(), time.process_time()
     result = fn()
+    if name:
+        CPU[name] = time.process_time() - cpu
     return result, time.perf_counter() - start
 
 
-def cli(*args: str) -> tuple[str, float]:
+def cli(*args: str, name: str = "") -> tuple[str, float]:
+    """Run the CLI; wall seconds, and its CPU seconds in CPU[name] (a loaded machine
+    stretches wall time, not CPU time)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run([*XLACACHE, *args], capture_output=True, text=True, check=True)
-    return proc.stdout, time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if name:
+        CPU[name] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return proc.stdout, wall
 
 
 def hot_path(rows: int) -> dict:
@@ -112,46 +127,52 @@ def main() -> None:
     parser.add_argument("--max-size", default="20MB")
     parser.add_argument("--out", default="bench-results/prune.json")
     args = parser.parse_args()
-    results: dict = {"entries": args.entries, "load": os.getloadavg()}
+    results: dict = {"entries": args.entries, "load_before": os.getloadavg()}
+
+    def step(name: str, fn):
+        result, results[name] = timed(fn, name)
+        return result
+
+    def run_cli(name: str, *argv: str) -> str:
+        out, results[name] = cli(*argv, name=name)
+        return out
+
     with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp) / "base"
-        results["bytes"], results["build_s"] = timed(
-            lambda: build(base, args.entries, args.size, stale_share=0.2)
-        )
-        work = Path(tmp) / "work"
+        base, work = Path(tmp) / "base", Path(tmp) / "work"
+        results["bytes"] = step("build_s", lambda: build(base, args.entries, args.size, 0.2))
         shutil.copytree(base, work)
-        _, results["stats_cli_s"] = cli("stats", str(work), "--json")
+        run_cli("stats_cli_s", "stats", str(work), "--json")
+        policy = PrunePolicy(max_size=parse_size(args.max_size))
         with LocalStore(work, readonly=True) as store:
-            _, results["stats_store_s"] = timed(lambda: (store.summary(), store.by_jaxlib()))
-            policy = PrunePolicy(max_size=20 * 1000**2)
-            doomed, results["dry_run_store_s"] = timed(lambda: store.prune(policy, dry_run=True))
-            old, results["dry_run_python_select_s"] = timed(
-                lambda: policy.select(store.index.db.all(), time.time())
-            )
+            step("stats_store_s", lambda: (store.summary(), store.by_jaxlib()))
+            doomed = step("dry_run_store_s", lambda: store.prune(policy, dry_run=True))
+            rows = store.index.db.all
+            old = step("dry_run_python_select_s", lambda: policy.select(rows(), time.time()))
             assert {i.key for i in old} == {i.key for i in doomed}
-        _, results["dry_run_cli_s"] = cli("prune", str(work), "--max-size", args.max_size,
-                                          "--dry-run")  # fmt: skip
-        out, results["remove_cli_s"] = cli("prune", str(work), "--max-size", args.max_size)
+        run_cli("dry_run_cli_s", "prune", str(work), "--max-size", args.max_size, "--dry-run")
+        run_cli("remove_cli_s", "prune", str(work), "--max-size", args.max_size)
         results["removed"] = len(doomed)
         results["remove_per_s_cli"] = round(len(doomed) / results["remove_cli_s"])
         shutil.rmtree(work)
         shutil.copytree(base, work)
         with LocalStore(work, fsync=False) as store:
-            removed, seconds = timed(lambda: store.prune(policy))
-        results["remove_store_s"] = seconds
-        results["remove_per_s_store"] = round(len(removed) / seconds)
+            removed = step("remove_store_s", lambda: store.prune(policy))
+        results["remove_per_s_store"] = round(len(removed) / results["remove_store_s"])
         shutil.rmtree(work)
         shutil.copytree(base, work)
-        out, results["stale_dry_run_cli_s"] = cli("prune", str(work), "--stale", "--dry-run")
-        out, results["stale_remove_cli_s"] = cli("prune", str(work), "--stale", "--json")
+        run_cli("stale_dry_run_cli_s", "prune", str(work), "--stale", "--dry-run")
+        out = run_cli("stale_remove_cli_s", "prune", str(work), "--stale", "--json")
         results["stale_removed"] = json.loads(out)["count"]
         results["stale_remove_per_s_cli"] = round(
             results["stale_removed"] / results["stale_remove_cli_s"]
         )
-        _, results["cli_startup_s"] = cli("--help")
+        run_cli("cli_startup_s", "--help")
     results["hot_path_upsert"] = hot_path(min(args.entries, 50_000))
+    results["cpu_s"] = {k: round(v, 3) for k, v in CPU.items()}
+    results["remove_per_cpu_s_store"] = round(len(removed) / CPU["remove_store_s"])
+    results["load_after"] = os.getloadavg()
     for name, value in results.items():
-        print(f"{name:28} {value if not isinstance(value, float) else round(value, 3)}")
+        print(f"{name:28} {round(value, 3) if isinstance(value, float) else value}")
     Path(args.out).parent.mkdir(exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 

