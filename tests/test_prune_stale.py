@@ -11,7 +11,7 @@ from tests.cli_helpers import assert_one_line_error, run, run_json
 from tests.conftest import make_blob, make_key
 from tests.server.srvutil import start_server
 from xlacache.stores import open_store
-from xlacache.stores.base import current_jaxlib
+from xlacache.stores.base import PrunePolicy, current_jaxlib
 from xlacache.stores.gcs import GCSStore, entry_name
 
 pytestmark = pytest.mark.timeout(180)
@@ -91,3 +91,20 @@ def test_prune_needs_something_to_prune_by(tmp_path):
     result = run("prune", str(tmp_path / "cache"))
     assert_one_line_error(result)
     assert "--stale" in result.stderr
+
+
+def test_a_server_prune_lists_more_entries_than_a_message_of_chunks_holds(tmp_path):
+    """A Prune's reply lists every removed entry (about 140 bytes each), past the size of
+    the messages a server accepts (one chunk, here 64 KiB: about 900 entries)."""
+    store_dir = tmp_path / "server-store"
+    with open_store(str(store_dir), fsync="off") as store:
+        for n in range(1200):
+            store.put(*make_blob(n, payload=n.to_bytes(4, "big")))
+    server = start_server(tmp_path, "--chunk-size", "64KiB", store=store_dir)
+    try:
+        with open_store(server.url, timeout=30) as remote:
+            assert len(remote.prune(PrunePolicy(max_size=0), dry_run=True)) == 1200
+            assert len(remote.prune(PrunePolicy(max_size=0))) == 1200
+            assert remote.summary().entries == 0
+    finally:
+        server.stop(signal.SIGKILL)

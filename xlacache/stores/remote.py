@@ -41,7 +41,8 @@ from xlacache.stores.jobs import JobLog, check_job
 from xlacache.stores.remote_leases import GrpcLeases
 from xlacache.stores.resilience import CircuitBreaker
 
-MESSAGE_LIMIT = 8 * 1024 * 1024
+MESSAGE_LIMIT = 8 * 1024 * 1024  # what the client sends (chunks, key batches)
+REPLY_LIMIT = 128 * 1024 * 1024  # what it accepts: a Prune of 50,000 entries lists 7 MB
 TOUCH_EVERY = 1.0  # seconds between Touch calls (uses of prefetched entries)
 MAX_TOUCHES = 10_000  # keys waiting to be sent; more are dropped (figures only)
 
@@ -114,7 +115,7 @@ class GrpcStore(Store):
         token = token or config.remote_token()
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         options = [
-            ("grpc.max_receive_message_length", MESSAGE_LIMIT),
+            ("grpc.max_receive_message_length", REPLY_LIMIT),
             ("grpc.max_send_message_length", MESSAGE_LIMIT),
             ("grpc.enable_retries", 0),
             # Quick reconnects after a server restart. (Not grpc.min_reconnect_backoff_ms:
