@@ -141,6 +141,7 @@ def main() -> None:
         base, work = Path(tmp) / "base", Path(tmp) / "work"
         results["bytes"] = step("build_s", lambda: build(base, args.entries, args.size, 0.2))
         shutil.copytree(base, work)
+        os.sync()  # the copy on disk: unlinks then wait on nothing of the copy's
         run_cli("stats_cli_s", "stats", str(work), "--json")
         policy = PrunePolicy(max_size=parse_size(args.max_size))
         with LocalStore(work, readonly=True) as store:
@@ -155,11 +156,13 @@ def main() -> None:
         results["remove_per_s_cli"] = round(len(doomed) / results["remove_cli_s"])
         shutil.rmtree(work)
         shutil.copytree(base, work)
+        os.sync()  # the copy on disk: unlinks then wait on nothing of the copy's
         with LocalStore(work, fsync=False) as store:
             removed = step("remove_store_s", lambda: store.prune(policy))
         results["remove_per_s_store"] = round(len(removed) / results["remove_store_s"])
         shutil.rmtree(work)
         shutil.copytree(base, work)
+        os.sync()  # the copy on disk: unlinks then wait on nothing of the copy's
         run_cli("stale_dry_run_cli_s", "prune", str(work), "--stale", "--dry-run")
         out = run_cli("stale_remove_cli_s", "prune", str(work), "--stale", "--json")
         results["stale_removed"] = json.loads(out)["count"]

