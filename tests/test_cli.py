@@ -36,6 +36,9 @@ ENTRY_FIELDS = {
     "created",
     "last_used",
     "hits",
+    "format_version",
+    "jaxlib",
+    "platform",
 }
 
 

@@ -326,3 +326,24 @@ def test_docs_name_no_missing_environment_variable():
         if name.startswith("XLACACHE_SERVE_"):
             continue
         assert name in code, name
+
+
+def test_the_index_recipe_queries_an_index_read_only(tmp_path):
+    """docs/index.md's sqlite-utils recipe runs as written against a real cache's index,
+    beside a writer that keeps the store open, and writes nothing to it."""
+    from tests.conftest import make_blob
+    from xlacache.stores.local import LocalStore
+
+    cache = tmp_path / "xla_cache"
+    code = section_block("docs/index.md", "Querying it read-only", "python").text
+    with LocalStore(cache) as store:
+        for n in range(3):
+            store.put(*make_blob(n, summary={"jaxlib": {"version": "0.6.2"}}, platform_name="cpu"))
+        store.flush_hits()
+        before = (cache / "index.sqlite").read_bytes()
+        proc = run_python(code.replace("/tmp/xla_cache", str(cache)))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert (cache / "index.sqlite").read_bytes() == before
+    out = proc.stdout
+    assert "'jaxlib': <class 'str'>" in out and "'entries': 3" in out
+    assert "'jaxlib': '0.6.2', 'platform': 'cpu', 'entries': 3" in out

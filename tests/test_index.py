@@ -12,7 +12,7 @@ from tests.conftest import make_blob, make_key, run_python
 from xlacache import counters
 from xlacache.errors import IndexClosedError, StoreIndexError
 from xlacache.stores.base import EntryInfo
-from xlacache.stores.index import CULL_LIMIT, Index, Limits
+from xlacache.stores.index import CULL_LIMIT, Index, Limits, LocalIndex
 from xlacache.stores.local import LocalStore
 
 WRITES = ("INSERT", "UPDATE", "DELETE", "BEGIN", "REPLACE")
@@ -185,9 +185,9 @@ def test_closing_the_store_while_another_thread_reads_never_rebuilds(tmp_path, m
     with LocalStore(root) as store:
         keys = [store.put(*make_blob(n)) or make_key(n) for n in range(20)]
     rebuilds = []
-    real_rebuild = LocalStore.rebuild_index
+    real_rebuild = LocalIndex.rebuild
     monkeypatch.setattr(
-        LocalStore, "rebuild_index", lambda self: rebuilds.append(1) or real_rebuild(self)
+        LocalIndex, "rebuild", lambda self: rebuilds.append(1) or real_rebuild(self)
     )
     failures: list[BaseException] = []
     for _ in range(40):

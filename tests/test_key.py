@@ -199,3 +199,29 @@ def test_identity_summary_is_readable():
     assert summary["jaxlib"] == {"version": "0.10.2"}
     assert summary["devices"] == {"count": 1, "kinds": {"cpu": 1}, "processes": 2}
     assert summary["xla_flags"] == {"flags": ["--xla_cpu_enable_fast_math=true"]}
+
+
+def test_one_key_check_for_every_store_and_the_server(tmp_path):
+    """`key.check_key` is the check: a directory, a bucket's object names, a server's
+    client and the server itself raise its InvalidKeyError, which a server answers with
+    INVALID_ARGUMENT (reason invalid_key)."""
+    from xlacache.errors import InvalidKeyError, kind_of
+    from xlacache.key import check_key
+    from xlacache.protocol.status import Code, status_of
+    from xlacache.stores.gcs import entry_name
+    from xlacache.stores.local import LocalStore
+    from xlacache.stores.remote import GrpcStore
+
+    good = "ab" * 32
+    assert check_key(good) == good
+    for bad in ("AB" * 32, "ab" * 31, "ab" * 32 + "\n", "../" + "a" * 61, "x" * 500):
+        with pytest.raises(InvalidKeyError) as caught:
+            check_key(bad)
+        assert len(str(caught.value)) < 200 and kind_of(caught.value) == "invalid_request"
+        assert status_of(caught.value) == (Code.INVALID_ARGUMENT, "invalid_key")
+        with LocalStore(tmp_path / "c") as store, pytest.raises(InvalidKeyError):
+            store.contains(bad)
+        with pytest.raises(InvalidKeyError):
+            entry_name(bad)
+        with GrpcStore("grpc://127.0.0.1:1", timeout=1) as remote, pytest.raises(InvalidKeyError):
+            remote.get(bad)

@@ -99,6 +99,13 @@ class Header:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def jaxlib(self) -> str:
+        """The jaxlib version that compiled it: its key's, else its writer's ("": none)."""
+        found = self.summary.get("jaxlib")
+        version = found.get("version") if isinstance(found, dict) else None
+        return version if isinstance(version, str) else self.producer.get("jaxlib", "")
+
 
 def _count(value: object) -> bool:
     return type(value) is int and value >= 0

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from xlacache.entry import FORMAT_VERSION, is_sha256_hex
+from xlacache.errors import InvalidKeyError
 
 # The named components of a key, in the order they are hashed.
 COMPONENTS = ("format", "hlo", "compile_options", "jaxlib", "platform", "devices", "xla_flags")
@@ -196,3 +197,12 @@ def codegen_flags(flags: Iterable[str]) -> tuple[str, ...]:
 def is_valid_key(key: str) -> bool:
     """Whether `key` is a well-formed cache key (64 lowercase hex digits, nothing more)."""
     return is_sha256_hex(key)
+
+
+def check_key(key: str) -> str:
+    """`key` if it is a well-formed cache key, else InvalidKeyError (kind "invalid_key";
+    a server answers INVALID_ARGUMENT). The one key check of every store and the server."""
+    if not is_valid_key(key):
+        shown = key if not isinstance(key, str) or len(key) <= 80 else key[:77] + "..."
+        raise InvalidKeyError(f"malformed cache key {shown!r}: expected 64 lowercase hex digits")
+    return key

@@ -81,7 +81,7 @@ def test_malformed_key_gets_invalid_argument(server):
     with pytest.raises(grpc.RpcError) as err:
         list(stub.Get(pb.GetRequest(key="../../etc/passwd"), timeout=10))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "malformed key" in err.value.details()
+    assert "malformed cache key" in err.value.details()
     with pytest.raises(grpc.RpcError) as err:
         stub.Contains(pb.ContainsRequest(keys=[make_key("ok"), "ABC"]), timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT

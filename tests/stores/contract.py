@@ -305,6 +305,22 @@ class StoreContract:
         assert {i.key for i in store.list()} == set(newest_two)
         assert store.summary().bytes <= cap
 
+    def test_prune_stale_and_counts_by_jaxlib(self, store):
+        fresh = dict(make_blob(n) for n in range(40, 42))
+        old = dict(make_blob(n, summary={"jaxlib": {"version": "0.6.2"}}) for n in (42, 43))
+        for key, blob in {**fresh, **old}.items():
+            store.put(key, blob)
+        self.settle(store)
+        jaxlib = entry.read_header(next(iter(fresh.values()))).jaxlib
+        counts = {v.jaxlib: (v.entries, v.bytes) for v in store.by_jaxlib()}
+        assert counts == {jaxlib: (2, sum(map(len, fresh.values()))),
+                          "0.6.2": (2, sum(map(len, old.values())))}  # fmt: skip
+        policy = PrunePolicy(stale_for=jaxlib)
+        assert {i.key for i in store.prune(policy, dry_run=True)} == set(old)
+        assert {i.key for i in store.prune(policy)} == set(old)
+        self.settle(store)
+        assert {i.key for i in store.list()} == set(fresh)
+
     # -- verify --------------------------------------------------------------------------
 
     def test_verify_and_repair(self, store):

@@ -32,10 +32,11 @@ from xlacache.cli.common import (
 from xlacache.key import is_valid_key
 from xlacache.prefetch import prefetch_choice
 from xlacache.stores import EntryInfo, PrunePolicy, Store
-from xlacache.stores.base import VerifyReport
+from xlacache.stores.base import VerifyReport, current_jaxlib
 from xlacache.units import format_size, parse_duration, parse_size
 
 MIN_KEY_PREFIX = 8
+SHOWN = 200  # entries prune shows in its table (--json: all)
 _HEX_RE = re.compile(r"[0-9a-f]+")
 
 
@@ -73,7 +74,8 @@ def inspect_(
       {"store": URL, "total": int, "entries": [ENTRY, ...]}
     ENTRY: {"key": 64 hex digits, "label": str, "size": bytes,
       "payload_size": bytes, "compile_seconds": float, "created": unix time,
-      "last_used": unix time, "hits": int}
+      "last_used": unix time, "hits": int, "format_version": int (0: not recorded),
+      "jaxlib": str ("": not recorded), "platform": str}
 
     --would-load lists what a worker whose cache this is loads ahead at start-up
     (prefetch: the most recently used executables, oldest use first); with --json
@@ -123,13 +125,17 @@ def stats(path: PathArg, as_json: JsonOpt = False, token: TokenOpt = None) -> No
 
     --json prints one object ("compile_seconds": total compile time of the entries):
       {"store": URL, "entries": int, "bytes": int, "payload_bytes": int,
-      "compile_seconds": float, "hits": int}
+      "compile_seconds": float, "hits": int,
+      "by_jaxlib": [{"jaxlib": VERSION, "entries": int, "bytes": int}, ...]}
+    (by_jaxlib: newest version first; "" for entries that do not record it.)
     """
     with open_cache(path, readonly=True, token=token) as store:
         summary = store.summary()
+        versions = store.by_jaxlib()
         url = store.url
     if as_json:
-        print_json({"store": url, **summary.to_dict()})
+        by_jaxlib = [v.to_dict() for v in versions]
+        print_json({"store": url, **summary.to_dict(), "by_jaxlib": by_jaxlib})
         return
     table = Table(title=url, title_justify="left", show_header=False)
     table.add_column("field")
@@ -139,6 +145,9 @@ def stats(path: PathArg, as_json: JsonOpt = False, token: TokenOpt = None) -> No
     table.add_row("payload size", format_size(summary.payload_bytes))
     table.add_row("compile seconds", f"{summary.compile_seconds:.1f}")
     table.add_row("hits", str(summary.hits))
+    for v in versions:
+        name = f"jaxlib {v.jaxlib}" if v.jaxlib else "jaxlib not recorded"
+        table.add_row(name, f"{plural(v.entries, 'entry')}, {format_size(v.bytes)}")
     stdout().print(table)
 
 
@@ -146,14 +155,20 @@ def stats(path: PathArg, as_json: JsonOpt = False, token: TokenOpt = None) -> No
 
 
 def _prune_policy(
-    max_size: str | None, older_than: str | None, unused_for: str | None
+    max_size: str | None, older_than: str | None, unused_for: str | None, stale: bool
 ) -> PrunePolicy:
-    if max_size is None and older_than is None and unused_for is None:
-        raise BadInput("nothing to prune by: give --max-size, --older-than or --unused-for")
+    if max_size is None and older_than is None and unused_for is None and not stale:
+        raise BadInput(
+            "nothing to prune by: give --max-size, --older-than, --unused-for or --stale"
+        )
+    jaxlib = current_jaxlib() if stale else None
+    if stale and not jaxlib:
+        raise BadInput("--stale needs jaxlib installed: it keeps what this jaxlib can load")
     return PrunePolicy(
         max_size=None if max_size is None else parse_size(max_size),
         older_than=None if older_than is None else parse_duration(older_than),
         unused_for=None if unused_for is None else parse_duration(unused_for),
+        stale_for=jaxlib,
     )
 
 
@@ -169,22 +184,32 @@ def prune(
     unused_for: Annotated[
         str | None, typer.Option("--unused-for", help="Remove entries not used for this long.")
     ] = None,
+    stale: Annotated[
+        bool,
+        typer.Option(
+            "--stale",
+            help="Remove entries no process of the installed jaxlib can load (another "
+            "jaxlib version or entry format).",
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Only report what would be removed.")
     ] = False,
     as_json: JsonOpt = False,
     token: TokenOpt = None,
 ) -> None:
-    """Remove entries by total size (LRU), age, or time since last use.
+    """Remove entries by total size (LRU), age, time since last use, or staleness.
 
-    Sizes: 10GB, 512MiB, 4096. Durations: 7d, 12h, 30m, 90s. With --dry-run the
-    cache is opened read-only and nothing is removed.
+    Sizes: 10GB, 512MiB, 4096. Durations: 7d, 12h, 30m, 90s. --stale removes what the
+    installed jaxlib cannot load (after an upgrade: every older entry). With --dry-run
+    the cache is opened read-only and nothing is removed; the table shows the first
+    200 entries (--json lists every one).
 
     --json prints one object (ENTRY as in inspect --json):
       {"store": URL, "dry_run": bool, "count": int, "bytes": int,
       "removed": [ENTRY, ...]}
     """
-    policy = _prune_policy(max_size, older_than, unused_for)
+    policy = _prune_policy(max_size, older_than, unused_for, stale)
     with open_cache(path, readonly=dry_run, token=token) as store:
         removed = store.prune(policy, dry_run=dry_run)
         url = store.url
@@ -203,7 +228,9 @@ def prune(
     verb = "would remove" if dry_run else "removed"
     console = stdout()
     if removed:
-        console.print(entries_table(removed))
+        console.print(entries_table(removed[:SHOWN]))
+        if len(removed) > SHOWN:
+            console.print(f"... and {len(removed) - SHOWN} more (--json lists every one)")
     console.print(f"{verb} {plural(len(removed), 'entry')} ({format_size(total)}) from {url}")
 
 

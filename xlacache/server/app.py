@@ -26,8 +26,11 @@ from xlacache.server.storage import lease_table, local_disk, open_served_store
 
 log = logging.getLogger("xlacache.server")
 
-# One chunk plus framing must fit; nothing bigger is ever sent on purpose.
+# One chunk plus framing must fit what a client sends; nothing bigger is accepted.
 MESSAGE_SLACK = 64 * 1024
+# What the server sends may be bigger: a Prune's list of what it removed (about 140
+# bytes an entry: 50,000 entries, 7 MB). The client accepts up to its REPLY_LIMIT.
+REPLY_LIMIT = 128 * 1024 * 1024
 FSYNC_NOTES = {
     "always": "each entry reaches the disk before it is acknowledged",
     "background": "entries reach the disk within a second",
@@ -76,7 +79,7 @@ class CacheServer:
             maximum_concurrent_rpcs=config.max_streams,
             options=[
                 ("grpc.max_receive_message_length", max_message),
-                ("grpc.max_send_message_length", max_message),
+                ("grpc.max_send_message_length", max(max_message, REPLY_LIMIT)),
                 ("grpc.so_reuseport", 0),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),

@@ -29,8 +29,8 @@ from prometheus_client import Counter, Gauge
 
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import InvalidRequestError
+from xlacache.key import check_key
 from xlacache.server.metrics import ServerMetrics
-from xlacache.server.rpc import checked_key
 from xlacache.stores.leases import DEFAULT_TTL, LeaseTable, Wake
 
 MAX_HOLDER = 256  # characters of a holder id
@@ -119,7 +119,7 @@ class LeaseHandlers:
         raise InvalidRequestError("lease action must be ACQUIRE, RENEW or RELEASE")
 
     def _checked(self, request: pb.LeaseRequest) -> tuple[str, str, float]:
-        key = checked_key(request.key)
+        key = check_key(request.key)
         holder = request.holder
         if not holder or len(holder) > MAX_HOLDER:
             raise InvalidRequestError(f"holder must be 1 to {MAX_HOLDER} characters")
@@ -171,7 +171,7 @@ class LeaseHandlers:
     # -- LeaseWait -------------------------------------------------------------------------
 
     def wait(self, request: pb.LeaseWaitRequest, context) -> pb.LeaseWaitResponse:
-        key = checked_key(request.key)
+        key = check_key(request.key)
         if request.done:
             return self._report(request)
         if not 0 <= request.wait_seconds <= MAX_REPORTED_WAIT:

@@ -20,10 +20,11 @@ from dataclasses import replace
 
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import InvalidRequestError
+from xlacache.key import check_key
 from xlacache.misslog import MissRecord
 from xlacache.protocol import misses
 from xlacache.server.metrics import ServerMetrics
-from xlacache.server.rpc import checked_key, current_client
+from xlacache.server.rpc import current_client
 from xlacache.stores.local import LocalStore
 
 log = logging.getLogger("xlacache.server")
@@ -46,7 +47,7 @@ class MissRing:
     def report(self, request: pb.ReportMissRequest, context) -> pb.ReportMissResponse:
         if request.ByteSize() > MAX_REPORT_BYTES:
             raise InvalidRequestError(f"a miss report holds at most {MAX_REPORT_BYTES} bytes")
-        checked_key(request.miss.key)
+        check_key(request.miss.key)
         received = replace(misses.from_message(request.miss), time=time.time(),
                            client=current_client())  # fmt: skip
         try:

@@ -123,6 +123,7 @@ class Overview:
                 "max_bytes": cap or None,
                 "fill": round(summary.bytes / cap, 4) if cap else None,
                 **summary.to_dict(),
+                "by_jaxlib": [v.to_dict() for v in self.store.by_jaxlib()],
             },
             "hits": int(hits),
             "misses": int(misses),

@@ -12,11 +12,11 @@ import time
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache._version import __version__
 from xlacache.errors import CorruptEntryError, InvalidRequestError, ServerBusyError
-from xlacache.key import is_valid_key
+from xlacache.key import check_key, is_valid_key
 from xlacache.server.config import ServerConfig
 from xlacache.server.limits import Slots
 from xlacache.server.metrics import ServerMetrics
-from xlacache.server.rpc import checked_batch, checked_key
+from xlacache.server.rpc import checked_batch
 from xlacache.server.storage import ServedStore
 from xlacache.server.transfers import Transfers
 from xlacache.stores.base import EntryInfo, PrunePolicy
@@ -62,7 +62,7 @@ class Queries:
         return pb.StatResponse(results=results)
 
     def delete(self, request, context) -> pb.DeleteResponse:
-        return pb.DeleteResponse(deleted=self.store.delete(checked_key(request.key)))
+        return pb.DeleteResponse(deleted=self.store.delete(check_key(request.key)))
 
     def list(self, request, context) -> pb.ListResponse:
         size = min(request.page_size or DEFAULT_PAGE, MAX_PAGE)
@@ -82,13 +82,17 @@ class Queries:
             version=__version__,
             uptime_seconds=time.time() - self.metrics.started,
             counters=self.metrics.plain(),
+            by_jaxlib=[pb.VersionSummary(**v.to_dict()) for v in self.store.by_jaxlib()],
         )
 
     def prune(self, request, context) -> pb.PruneResponse:
+        if request.HasField("stale_for_jaxlib") and not request.stale_for_jaxlib:
+            raise InvalidRequestError("stale_for_jaxlib: name the jaxlib version to keep")
         policy = PrunePolicy(
             max_size=_optional(request, "max_size"),
             older_than=_optional(request, "older_than_seconds"),
             unused_for=_optional(request, "unused_for_seconds"),
+            stale_for=_optional(request, "stale_for_jaxlib"),
         )
         removed = self.store.prune(policy, dry_run=request.dry_run)
         return pb.PruneResponse(removed=[_info(i) for i in removed])
@@ -102,7 +106,7 @@ class Queries:
     def report_corrupt(self, request, context) -> pb.ReportCorruptResponse:
         """Check an entry a client found corrupt; remove it if it is. The check streams the
         file; a few run at once, more are refused (`REPORT_RATE` limits each token)."""
-        key = checked_key(request.key)
+        key = check_key(request.key)
         if not self.verifications.try_acquire():
             self.metrics.rejected.labels("busy").inc()
             raise ServerBusyError("server busy: checking other reported entries, retry later")

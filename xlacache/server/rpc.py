@@ -27,7 +27,6 @@ from google.protobuf.message import DecodeError
 
 from xlacache.errors import (
     CacheError,
-    InvalidKeyError,
     InvalidRequestError,
     PermissionDeniedError,
     RateLimitedError,
@@ -37,7 +36,7 @@ from xlacache.errors import (
     StoreFullError,
     UnauthenticatedError,
 )
-from xlacache.key import is_valid_key
+from xlacache.key import check_key
 from xlacache.protocol import status
 from xlacache.rates import RateLimiter
 from xlacache.server.auth import Principal, Role, TokenTable
@@ -58,18 +57,10 @@ def current_client() -> str:
     return _client.get()
 
 
-def checked_key(key: str) -> str:
-    """`key` if it is a well-formed cache key; else InvalidKeyError (INVALID_ARGUMENT)."""
-    if not is_valid_key(key):
-        shown = key if len(key) <= 80 else key[:77] + "..."
-        raise InvalidKeyError(f"malformed key {shown!r}: expected 64 lowercase hex characters")
-    return key
-
-
 def checked_batch(keys) -> list[str]:
     if len(keys) > MAX_BATCH_KEYS:
         raise InvalidRequestError(f"at most {MAX_BATCH_KEYS} keys per call")
-    return [checked_key(k) for k in keys]
+    return [check_key(k) for k in keys]
 
 
 def _parse(request_type, data: bytes, method: str):

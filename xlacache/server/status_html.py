@@ -119,7 +119,7 @@ def _cards(status: dict) -> str:
                   "since start"),
             _card("store-bytes", "Store", format_size(store["bytes"]), store["bytes"],
                   f'{fill}<span id="entries" data-value="{store["entries"]}">'
-                  f"{_num(store['entries'])}</span> entries",
+                  f"{_num(store['entries'])}</span> entries" + _versions(store["by_jaxlib"]),
                   meter("store-meter", store["fill"])),
             _card("compile-held", "Compile time held", format_duration(store["compile_seconds"]),
                   store["compile_seconds"], "to compile every stored entry again"),
@@ -129,6 +129,17 @@ def _cards(status: dict) -> str:
                   f"{status['active_rpcs']:.0f} calls running now"),
         ]
     ) + "</section>"  # fmt: skip
+
+
+def _versions(versions: list[dict]) -> str:
+    """Entries and bytes by jaxlib version (`xlacache prune --stale` removes old ones)."""
+    rows = "".join(
+        f'<div data-jaxlib="{escape(v["jaxlib"])}" data-entries="{v["entries"]}">'
+        f"jaxlib {escape(v['jaxlib'] or 'not recorded')}: {_num(v['entries'])} entries, "
+        f"{format_size(v['bytes'])}</div>"
+        for v in versions
+    )
+    return f'<div id="by-jaxlib">{rows}</div>'
 
 
 def _charts(status: dict) -> str:

@@ -25,12 +25,12 @@ from xlacache.errors import (
     ServerBusyError,
     UntrustedEntryError,
 )
+from xlacache.key import check_key
 from xlacache.protocol import wire
 from xlacache.server import diskio
 from xlacache.server.config import ServerConfig
 from xlacache.server.limits import ByteBudget, Holder
 from xlacache.server.metrics import ServerMetrics
-from xlacache.server.rpc import checked_key
 from xlacache.server.storage import ServedStore
 from xlacache.signing import TrustedKeys
 
@@ -64,7 +64,7 @@ class Transfers:
 
     def get(self, request: pb.GetRequest, context) -> Iterator[bytes]:
         """GetResponse messages, already in wire format (see protocol/wire.py)."""
-        key = checked_key(request.key)
+        key = check_key(request.key)
         chunk = self.config.chunk_size
         try:
             f = self.store.open_entry(key)  # read-through over a bucket
@@ -171,7 +171,7 @@ class Transfers:
             )
         except wire.WireError as exc:
             raise InvalidRequestError(f"malformed PutRequest: {exc}") from None
-        checked_key(first.key)
+        check_key(first.key)
         if first.size > self.config.max_entry_size:
             self.metrics.rejected.labels("too_large").inc()
             raise EntryTooLargeError(

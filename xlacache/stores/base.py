@@ -29,9 +29,18 @@ class EntryInfo:
     hits: int
     compile_seconds: float
     label: str
+    # What decides whether a process can load it (0 / "": not known, never stale).
+    format_version: int = 0
+    jaxlib: str = ""  # the jaxlib version that compiled it
+    platform: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def is_stale(self, jaxlib: str) -> bool:
+        """Whether no process running `jaxlib` (and this entry format) can load it."""
+        wrong_format = self.format_version not in (0, entry.FORMAT_VERSION)
+        return wrong_format or (self.jaxlib not in ("", jaxlib))
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,13 @@ class PrunePolicy:
     max_size: int | None = None  # bytes; least recently used go first
     older_than: float | None = None  # seconds since created
     unused_for: float | None = None  # seconds since last used
+    # The jaxlib version of the processes that use the store: entries no such process
+    # can load (another jaxlib, another entry format) go (`prune --stale`).
+    stale_for: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.stale_for == "":
+            raise ValueError("PrunePolicy.stale_for: name the jaxlib version to keep")
 
     def select(self, infos: Iterable[EntryInfo], now: float) -> list[EntryInfo]:
         """The entries this policy removes: too old or unused first, then least recently
@@ -50,7 +66,8 @@ class PrunePolicy:
         for info in sorted(infos, key=lambda i: i.last_used):  # least recent first
             too_old = self.older_than is not None and now - info.created > self.older_than
             unused = self.unused_for is not None and now - info.last_used > self.unused_for
-            if too_old or unused:
+            stale = self.stale_for is not None and info.is_stale(self.stale_for)
+            if too_old or unused or stale:
                 doomed[info.key] = info
             else:
                 survivors.append(info)
@@ -86,6 +103,46 @@ class StoreSummary:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class VersionSummary:
+    """Entries and bytes of one jaxlib version (`Store.by_jaxlib`; "" when not known)."""
+
+    jaxlib: str
+    entries: int = 0
+    bytes: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def group_by_jaxlib(infos: Iterable[EntryInfo]) -> list[VersionSummary]:
+    """Entries and bytes per jaxlib version, newest first."""
+    return group_totals(VersionSummary(i.jaxlib, 1, i.size) for i in infos)
+
+
+def group_totals(parts: Iterable[VersionSummary]) -> list[VersionSummary]:
+    """Parts of the same version summed, newest version first ("" last)."""
+    groups: dict[str, VersionSummary] = {}
+    for part in parts:
+        group = groups.setdefault(part.jaxlib, VersionSummary(part.jaxlib))
+        group.entries += part.entries
+        group.bytes += part.bytes
+    return [groups[v] for v in sorted(groups, key=_version_order, reverse=True)]
+
+
+def _version_order(version: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in version.split("."))
+
+
+def current_jaxlib() -> str:
+    """The installed jaxlib's version (what `prune --stale` keeps); "" without jaxlib."""
+    try:
+        from jaxlib import version
+    except ImportError:
+        return ""
+    return version.__version__
 
 
 @dataclass
@@ -168,6 +225,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def summary(self) -> StoreSummary: ...
+
+    def by_jaxlib(self) -> list[VersionSummary]:
+        """Entries and bytes per jaxlib version (`xlacache stats`). The default groups
+        `list()`; an index groups in SQL."""
+        return group_by_jaxlib(self.list())
 
     @abc.abstractmethod
     def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:

@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from xlacache import entry
-from xlacache.errors import CorruptEntryError, InvalidKeyError, NotACacheError
-from xlacache.key import is_valid_key
+from xlacache.errors import CorruptEntryError, NotACacheError
+from xlacache.key import check_key, is_valid_key
 from xlacache.stores import durability
 from xlacache.stores.base import EntryInfo
 
@@ -47,6 +47,9 @@ def info_from_header(header: entry.Header, size: int) -> EntryInfo:
         hits=0,
         compile_seconds=header.compile_seconds,
         label=header.label,
+        format_version=header.format_version,
+        jaxlib=header.jaxlib,
+        platform=header.platform,
     )
 
 
@@ -61,12 +64,6 @@ def verify_file(path: Path, key: str, chunk: int = 1024 * 1024) -> tuple[entry.H
         while n := f.readinto(buffer):
             reader.feed(view[:n])
         return reader.finish(), size
-
-
-def check_key(key: str) -> str:
-    if not is_valid_key(key):
-        raise InvalidKeyError(f"malformed cache key {key!r}")
-    return key
 
 
 class EntryFiles:

@@ -28,7 +28,14 @@ from typing import BinaryIO
 
 from xlacache import counters, entry
 from xlacache.errors import CacheError, kind_of
-from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.base import (
+    EntryInfo,
+    PrunePolicy,
+    Store,
+    StoreSummary,
+    VerifyReport,
+    VersionSummary,
+)
 from xlacache.stores.leases import LeaseTable
 from xlacache.stores.local import LocalStore
 from xlacache.stores.tiered import TieredStore
@@ -136,6 +143,9 @@ class FrontedStore(TieredStore):
 
     def summary(self) -> StoreSummary:
         return self.remote.summary()
+
+    def by_jaxlib(self) -> list[VersionSummary]:
+        return self.remote.by_jaxlib()
 
     def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
         removed = self.remote.prune(policy, dry_run=dry_run)

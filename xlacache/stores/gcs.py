@@ -10,8 +10,9 @@ Layout (the same entries, under the same names, as a local cache directory)::
     PREFIX/jobs/<job>.json           what each job used last time (stores/jobs.py)
 
 Each entry object carries custom metadata (format, payload-size, created,
-compile-seconds, label, and once used: last-used, hits), so listing, stats and
-pruning read no bodies.
+compile-seconds, label, jaxlib, platform, and once used: last-used, hits), so listing,
+stats and pruning read no bodies (`prune --stale` reads the header of an object written
+before jaxlib was recorded).
 
 Semantics:
 - Create-once: an entry is written with ifGenerationMatch=0 in one request, so a key
@@ -38,6 +39,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from xlacache import counters, entry, misslog
 from xlacache.errors import (
@@ -47,7 +49,7 @@ from xlacache.errors import (
     PermissionDeniedError,
     ReadOnlyError,
 )
-from xlacache.key import is_valid_key
+from xlacache.key import check_key, is_valid_key
 from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
 from xlacache.stores.gcs_leases import GCSLeases
 from xlacache.stores.gcs_objects import DEFAULT_TIMEOUT, GCSObjects, ObjectInfo, RetryPolicy
@@ -67,8 +69,7 @@ _TOUCH_QUEUE = 1024  # use records waiting beyond this are dropped
 
 def entry_name(key: str) -> str:
     """The object name of an entry, relative to the store's prefix."""
-    if not is_valid_key(key):
-        raise ValueError(f"malformed cache key {key!r}")
+    check_key(key)
     return f"{ENTRIES}{key[:2]}/{key}{ENTRY_SUFFIX}"
 
 
@@ -89,6 +90,8 @@ def entry_metadata(header: entry.Header) -> dict[str, str]:
         "created": repr(header.created),
         "compile-seconds": repr(header.compile_seconds),
         "label": header.label[:LABEL_LIMIT],
+        "jaxlib": header.jaxlib,
+        "platform": header.platform,
     }
 
 
@@ -111,6 +114,9 @@ def info_from_object(key: str, obj: ObjectInfo) -> EntryInfo:
         hits=int(_number(meta, "hits", 0)),
         compile_seconds=_number(meta, "compile-seconds", 0.0),
         label=str(meta.get("label", "")),
+        format_version=int(_number(meta, "format", 0)),
+        jaxlib=str(meta.get("jaxlib", "")),
+        platform=str(meta.get("platform", "")),
     )
 
 
@@ -231,6 +237,11 @@ class GCSStore(Store):
         if not dry_run:
             self._writable()
         listed = {info.key: (info, obj.generation) for info, obj in self._entries()}
+        if policy.stale_for is not None:  # objects older than their jaxlib metadata
+            unknown = [info for info, _ in listed.values() if not info.jaxlib]
+            for info, header in zip(unknown, self._for_each(self._header, unknown), strict=True):
+                if header is not None:
+                    listed[info.key] = (replace(info, jaxlib=header.jaxlib), listed[info.key][1])
         doomed = policy.select((info for info, _ in listed.values()), time.time())
         if doomed and not dry_run:  # only the generation listed: an entry made since stays
             self._for_each(
@@ -354,6 +365,12 @@ class GCSStore(Store):
             return [fn(i) for i in items]
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="xlacache-gcs") as pool:
             return list(pool.map(fn, items))
+
+    def _header(self, info: EntryInfo) -> entry.Header | None:
+        try:
+            return self.read_header(info.key)
+        except (CacheError, OSError):
+            return None  # unreadable: not judged stale here (`verify` judges it)
 
     def _delete_quietly(self, name: str, generation: int) -> None:
         """Remove a corrupt object (that generation only); failure is counted, not raised."""

@@ -1,506 +1,147 @@
-"""The SQLite index of a local store: sizes, times and hit counts for listing and eviction.
+"""A local store's index as the store sees it: opened, rebuilt, reconciled, set aside.
 
-The index is derived data. Entry files are the truth; a missing or damaged index is
-rebuilt from entry headers, and reads never depend on it. Modelled on diskcache:
-
-- **O(1) accounting.** Triggers keep the totals (entries, bytes, hits, ...) in a
-  one-row table as rows come and go; no write ever sums the table.
-- **Bounded eviction inside the write.** `add` inserts a row and, in the same
-  transaction, evicts at most `CULL_LIMIT` least recently used (or too old) rows.
-- **Reads never write.** A hit is counted in memory (`note_hit`) and flushed by a
-  background thread with a short busy timeout; a flush that loses the race for the
-  write lock is retried later, and a hit count lost for good costs the LRU order a
-  little accuracy, never a read.
-- **One connection per thread**, reopened after a fork, closed together by `close`;
-  a call that races `close` gets IndexClosedError, never a sign of damage.
-- **Paging in SQL** (`page`): key order, `LIMIT`, on the primary key.
-
-Every sqlite3 error leaves this module as a StoreIndexError: IndexCorruptError for a
-damaged file (SQLITE_CORRUPT, SQLITE_NOTADB), IndexClosedError after close.
+`LocalIndex(files, readonly)` is all a `LocalStore` does to get its index: it opens
+`index.sqlite` (`index_db.Index`; its schema created or migrated: `index_schema`),
+rebuilds it from entry headers when SQLite says it is damaged (the damaged file set
+aside as `index.sqlite.corrupt`), and, for a writer, reconciles it with the entry files.
+Index failures never reach the store's callers: `call` counts them (`errors["index"]`)
+and returns None, and the store falls back to the entry files.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import os
-import sqlite3
-import threading
-import time
-import weakref
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
+from filelock import FileLock
+
+from xlacache import counters
 from xlacache.errors import IndexClosedError, IndexCorruptError, ReadOnlyError, StoreIndexError
-from xlacache.stores.base import EntryInfo, StoreSummary
+from xlacache.stores.base import EntryInfo
+from xlacache.stores.files import EntryFiles
+from xlacache.stores.index_db import CULL_LIMIT, Index, Limits
 
-SCHEMA_VERSION = 2  # PRAGMA user_version; an index of another version is rebuilt
-CULL_LIMIT = 16  # rows one write may evict
-WRITE_BUSY_SECONDS = 30.0  # a write waits this long for the write lock, then fails (counted)
-FLUSH_SECONDS = 1.0  # how often buffered hits are written
-FLUSH_BUSY_SECONDS = 0.1  # a background flush waits this long for the write lock
-CLOSE_FLUSH_BUSY_SECONDS = 5.0  # the last flush, at close, waits longer
-MAX_PENDING_HITS = 100_000  # keys with buffered hits; hits of further keys are dropped
+__all__ = ["CULL_LIMIT", "INDEX_FILE", "Index", "Limits", "LocalIndex", "move_aside"]
 
-COLUMNS = ("key", "size", "payload_size", "created", "last_used", "hits", "compile_seconds",
-           "label")  # fmt: skip
-_SELECT = f"SELECT {', '.join(COLUMNS)} FROM entries"
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS entries (
-    key TEXT PRIMARY KEY NOT NULL,
-    size INTEGER NOT NULL,
-    payload_size INTEGER NOT NULL,
-    created REAL NOT NULL,
-    last_used REAL NOT NULL,
-    hits INTEGER NOT NULL,
-    compile_seconds REAL NOT NULL,
-    label TEXT NOT NULL
-) STRICT;
-CREATE INDEX IF NOT EXISTS entries_last_used ON entries(last_used);
-CREATE INDEX IF NOT EXISTS entries_created ON entries(created);
-CREATE TABLE IF NOT EXISTS totals (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    entries INTEGER NOT NULL,
-    bytes INTEGER NOT NULL,
-    payload_bytes INTEGER NOT NULL,
-    hits INTEGER NOT NULL,
-    compile_seconds REAL NOT NULL
-) STRICT;
-INSERT OR IGNORE INTO totals VALUES (1, 0, 0, 0, 0, 0.0);
-CREATE TRIGGER IF NOT EXISTS entries_added AFTER INSERT ON entries BEGIN
-    UPDATE totals SET entries = entries + 1, bytes = bytes + new.size,
-        payload_bytes = payload_bytes + new.payload_size, hits = hits + new.hits,
-        compile_seconds = compile_seconds + new.compile_seconds;
-END;
-CREATE TRIGGER IF NOT EXISTS entries_removed AFTER DELETE ON entries BEGIN
-    UPDATE totals SET entries = entries - 1, bytes = bytes - old.size,
-        payload_bytes = payload_bytes - old.payload_size, hits = hits - old.hits,
-        compile_seconds = compile_seconds - old.compile_seconds;
-END;
-CREATE TRIGGER IF NOT EXISTS entries_changed AFTER UPDATE ON entries BEGIN
-    UPDATE totals SET bytes = bytes + new.size - old.size,
-        payload_bytes = payload_bytes + new.payload_size - old.payload_size,
-        hits = hits + new.hits - old.hits,
-        compile_seconds = compile_seconds + new.compile_seconds - old.compile_seconds;
-END;
-PRAGMA user_version = {SCHEMA_VERSION};
-"""
-_UPSERT = (
-    f"INSERT INTO entries ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
-    " ON CONFLICT(key) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in ("key", "hits", "last_used"))
-    + ", last_used = max(last_used, excluded.last_used)"
-)
-_CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB (primary result codes)
-
-# Connections a forked child inherited: never used or closed there (SQLite forbids it).
-_INHERITED: list[sqlite3.Connection] = []
-_OPEN_INDEXES: weakref.WeakSet[Index] = weakref.WeakSet()
+INDEX_FILE = "index.sqlite"
+REBUILD_LOCK_SECONDS = 120.0
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What `Index.add` evicts in the write's own transaction; None means no limit."""
+class LocalIndex:
+    """The index of the store directory `files`; `db` is None when it is unusable."""
 
-    max_size: int | None = None  # bytes; least recently used go first
-    max_age: float | None = None  # seconds since created
-    cull_limit: int = CULL_LIMIT  # most rows evicted by one write
-
-
-class _Connection:
-    """One thread's connection and the lock `close` takes to close it safely."""
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self.db = db
-        self.lock = threading.Lock()
-        self.closed = False
-        self.thread = threading.current_thread()
-
-    def close(self) -> None:
-        with self.lock:
-            if not self.closed:
-                self.closed = True
-                self.db.close()
-
-
-class Index:
-    """One process's access to a store's index (thread-safe; a connection per thread)."""
-
-    def __init__(self, path: Path, readonly: bool = False) -> None:
-        self.path = Path(path)
+    def __init__(self, files: EntryFiles, readonly: bool = False) -> None:
+        self.files = files
         self.readonly = readonly
-        self.fresh = False  # True when this open created the schema (an empty index)
-        self._closed = False
-        self._connections: list[_Connection] = []
-        self._pending: dict[str, list] = {}  # key -> [hits, last hit time]
-        self._flusher: threading.Thread | None = None
-        self._reset_process_state()
-        self._readonly_uri = self._pick_readonly_uri() if readonly else None
-        _OPEN_INDEXES.add(self)
-        try:
-            with self._use() as db:
-                if readonly:
-                    version = db.execute("PRAGMA user_version").fetchone()[0]
-                    if version != SCHEMA_VERSION:
-                        raise StoreIndexError(f"{self.path}: index schema {version}, not ours")
-                else:
-                    self._create_schema(db)
-                db.execute("SELECT entries FROM totals").fetchone()
-        except BaseException:
-            self.close()
-            raise
+        self.path = files.root / INDEX_FILE
+        self.db: Index | None = None
+        self.db = self._open()
+        if self.db is not None and not readonly:
+            self.reconcile(counted=not self.db.fresh)
 
-    def _reset_process_state(self) -> None:
-        """Fresh locks, connections and hit buffer: at creation, and in a forked child."""
-        self._pid = os.getpid()
-        self._local = threading.local()
-        self._registry_lock = threading.Lock()
-        self._pending_lock = threading.Lock()
-        self._wake = threading.Event()
-
-    # -- connections -------------------------------------------------------------------
-
-    def _pick_readonly_uri(self) -> str:
-        """How to open read-only: through the WAL where a writer keeps one, else immutable.
-
-        `mode=ro` sees what writers committed to the write-ahead log; `immutable=1`
-        takes no locks and creates no -wal/-shm files (a read-only mount), and is exact
-        when no WAL exists: everything committed is then in the file itself.
-        """
-        wal = Path(f"{self.path}-wal")
-        if wal.exists() and wal.stat().st_size > 0:
-            return f"file:{self.path}?mode=ro"
-        return f"file:{self.path}?immutable=1"
-
-    def _connect(self) -> sqlite3.Connection:
+    def _open(self) -> Index | None:
         if self.readonly:
-            db = sqlite3.connect(
-                self._readonly_uri, uri=True, check_same_thread=False, isolation_level=None
-            )
-        else:
-            db = sqlite3.connect(
-                self.path, timeout=WRITE_BUSY_SECONDS, check_same_thread=False,
-                isolation_level=None,
-            )  # fmt: skip
-            db.execute("PRAGMA synchronous = NORMAL")
-        return db
-
-    def _connection(self) -> _Connection:
-        """This thread's connection (opened on first use; a forked child starts afresh)."""
-        if os.getpid() != self._pid:
-            self._after_fork()
-        conn = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            with self._registry_lock:
-                if self._closed:
-                    raise IndexClosedError(f"{self.path}: index closed")
-                with _errors(self):
-                    conn = _Connection(self._connect())
-                gone = [c for c in self._connections if not c.thread.is_alive()]
-                self._connections = [c for c in self._connections if c not in gone]
-                self._connections.append(conn)
-            for old in gone:  # threads that ended: their connections are free
-                old.close()
-            self._local.conn = conn
-        return conn
-
-    def _after_fork(self) -> None:
-        """In a forked child: drop (never close) inherited connections and parent's hits."""
-        _INHERITED.extend(c.db for c in self._connections)
-        self._connections = []
-        self._pending = {}  # the parent flushes its own hits
-        self._flusher = None
-        self._reset_process_state()
-
-    @contextlib.contextmanager
-    def _use(self) -> Iterator[sqlite3.Connection]:
-        """This thread's connection, held against `close`, with errors translated."""
-        conn = self._connection()
-        with conn.lock:
-            if conn.closed:
-                raise IndexClosedError(f"{self.path}: index closed")
-            with _errors(self):
-                yield conn.db
-
-    @contextlib.contextmanager
-    def _write(self, busy_seconds: float | None = None) -> Iterator[sqlite3.Connection]:
-        """A write transaction (BEGIN IMMEDIATE: takes the write lock up front)."""
-        if self.readonly:
-            raise ReadOnlyError(f"{self.path} is open read-only")
-        with self._use() as db:
-            if busy_seconds is not None:
-                db.execute(f"PRAGMA busy_timeout = {int(busy_seconds * 1000)}")
+            if not self.path.exists():
+                return None
             try:
-                db.execute("BEGIN IMMEDIATE")
-                try:
-                    yield db
-                except BaseException:
-                    if db.in_transaction:  # SQLite may have rolled back already
-                        db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
-            finally:
-                if busy_seconds is not None:
-                    db.execute(f"PRAGMA busy_timeout = {int(WRITE_BUSY_SECONDS * 1000)}")
-
-    def _create_schema(self, db: sqlite3.Connection) -> None:
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version == SCHEMA_VERSION:
-            return
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            db.execute("PRAGMA journal_mode = WAL")
-        db.execute("BEGIN IMMEDIATE")  # another process may be creating it too
+                return Index(self.path, readonly=True)
+            except (StoreIndexError, OSError):
+                return None  # listing falls back to scanning headers
         try:
-            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                # Another version, or none yet: the index is derived, so start afresh.
-                for table in ("entries", "totals"):
-                    db.execute(f"DROP TABLE IF EXISTS {table}")
-                for statement in _statements(_SCHEMA):
-                    db.execute(statement)
-                self.fresh = True
-            db.execute("COMMIT")
-        except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
-            raise
+            return Index(self.path)
+        except IndexCorruptError as exc:
+            counters.record_error("index", exc)
+            self.rebuild()
+            return self.db
+        except (StoreIndexError, OSError) as exc:
+            counters.record_error("index", exc)
+            return None
+
+    def call(self, fn: Callable[[Index], T]) -> T | None:
+        """fn(index); failures are counted, never raised (the index is derived), and a
+        damaged index is rebuilt. None when there is no usable index."""
+        db = self.db
+        if db is None:
+            return None
+        try:
+            return fn(db)
+        except IndexClosedError:
+            return None  # the store is closing: callers fall back to the entry files
+        except StoreIndexError as exc:
+            counters.record_error("index", exc)
+            if isinstance(exc, IndexCorruptError) and not self.readonly:
+                try:
+                    self.rebuild()
+                except Exception as rebuild_exc:  # noqa: BLE001
+                    counters.record_error("index", rebuild_exc)
+                    self.db = None
+            return None
+
+    def reconcile(self, counted: bool = True) -> int:
+        """Make the index match the entry files; returns how many rows it changed.
+
+        Entry files without a row get one (from their header; malformed ones are left
+        to `verify`), rows without a file are dropped, and rows a migration left without
+        entry format and jaxlib get them from their headers. The drift is counted in
+        `index_drift` unless `counted` is false (a new, empty index).
+        """
+        if self.readonly:
+            raise ReadOnlyError(f"{self.files.root} is open read-only")
+        known = self.call(lambda ix: ix.keys())
+        if known is None:
+            return 0
+        on_disk = set(self.files.keys())  # after the rows: a concurrent put shows as a file
+        added = [i for i in map(self._read, on_disk - known) if i]
+        vanished = [k for k in known - on_disk if not self.files.entry_path(k).exists()]
+        self.call(lambda ix: ix.upsert(added))
+        self.call(lambda ix: ix.remove(vanished))
+        if self.db is not None and self.db.migrated:
+            self._backfill()
+        drift = len(added) + len(vanished)
+        if drift and counted:
+            counters.add("index_drift", drift)
+        return drift
+
+    def _read(self, key: str) -> EntryInfo | None:
+        return self.files.read_info(self.files.entry_path(key))
+
+    def _backfill(self) -> None:
+        """Fill in what an earlier schema did not record, from the entry headers."""
+        keys = self.call(lambda ix: ix.unversioned()) or []
+        found = [i for i in map(self._read, keys) if i]
+        if self.call(lambda ix: ix.set_versions(found)) is not None and self.db is not None:
+            self.db.migrated = False
+
+    def resync(self, present: list[EntryInfo]) -> None:
+        """Rows for exactly `present` (what `verify --repair` found readable)."""
+
+        def sync(ix: Index) -> None:
+            known = ix.keys()
+            keys = {i.key for i in present}
+            ix.remove(known - keys)
+            ix.upsert(i for i in present if i.key not in known)
+
+        self.call(sync)
+
+    def rebuild(self) -> int:
+        """Set the index aside and recreate it from entry headers; how many it indexed."""
+        if self.readonly:
+            raise ReadOnlyError(f"{self.files.root} is open read-only")
+        with FileLock(str(self.files.root / "index.lock"), timeout=REBUILD_LOCK_SECONDS):
+            self.close()
+            move_aside(self.path)
+            self.db = Index(self.path)
+            infos = list(self.files.scan())
+            self.db.upsert(infos)
+        return len(infos)
 
     def close(self) -> None:
-        """Flush buffered hits, then close every thread's connection (idempotent)."""
-        if self._closed:
-            return
-        if os.getpid() != self._pid:
-            self._after_fork()
-        if not self.readonly:
-            with contextlib.suppress(StoreIndexError):
-                self.flush_hits(CLOSE_FLUSH_BUSY_SECONDS)
-        with self._registry_lock:
-            self._closed = True
-            connections, self._connections = self._connections, []
-        self._wake.set()
-        for conn in connections:
-            conn.close()  # waits for a query running on it to finish
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    # -- writes ------------------------------------------------------------------------
-
-    def upsert(self, infos: Iterable[EntryInfo]) -> None:
-        """Insert or refresh rows; a rewritten entry keeps its hit count."""
-        rows = [_row(info) for info in infos]
-        if rows:
-            with self._write() as db:
-                db.executemany(_UPSERT, rows)
-
-    def add(self, info: EntryInfo, limits: Limits | None = None) -> list[EntryInfo]:
-        """Record a stored entry and evict what `limits` say, in one transaction.
-
-        Returns the evicted rows (at most `limits.cull_limit`), whose files the caller
-        removes; the entry just added is never among them. Buffered hits are written
-        in the same transaction, so eviction sees the latest use of every entry.
-        """
-        pending = self._take_pending()
-        try:
-            with self._write() as db:
-                self._apply_hits(db, pending)
-                db.execute(_UPSERT, _row(info))
-                return self._cull(db, limits, protect=info.key) if limits else []
-        except StoreIndexError:
-            self._requeue(pending)
-            raise
-
-    def _cull(self, db: sqlite3.Connection, limits: Limits, protect: str) -> list[EntryInfo]:
-        victims: dict[str, EntryInfo] = {}
-        if limits.max_age is not None:
-            cutoff = time.time() - limits.max_age
-            rows = db.execute(
-                f"{_SELECT} WHERE created < ? AND key != ? ORDER BY created LIMIT ?",
-                (cutoff, protect, limits.cull_limit),
-            ).fetchall()
-            victims.update((row[0], EntryInfo(*row)) for row in rows)
-        if limits.max_size is not None:
-            excess = db.execute("SELECT bytes FROM totals").fetchone()[0] - limits.max_size
-            excess -= sum(v.size for v in victims.values())
-            if excess > 0 and len(victims) < limits.cull_limit:
-                rows = db.execute(
-                    f"{_SELECT} WHERE key != ? ORDER BY last_used LIMIT ?",
-                    (protect, limits.cull_limit),
-                )
-                for row in rows:
-                    if excess <= 0 or len(victims) >= limits.cull_limit:
-                        break
-                    if row[0] not in victims:
-                        victims[row[0]] = EntryInfo(*row)
-                        excess -= row[1]
-        if victims:
-            db.executemany("DELETE FROM entries WHERE key = ?", [(k,) for k in victims])
-        return list(victims.values())
-
-    def remove(self, keys: Iterable[str]) -> None:
-        rows = [(k,) for k in keys]
-        if rows:
-            with self._write() as db:
-                db.executemany("DELETE FROM entries WHERE key = ?", rows)
-
-    # -- hits --------------------------------------------------------------------------
-
-    def note_hit(self, key: str, now: float | None = None) -> None:
-        """Count a hit in memory; a background thread writes it (reads never write)."""
-        if self.readonly or self._closed:
-            return
-        now = time.time() if now is None else now
-        if os.getpid() != self._pid:
-            self._after_fork()
-        with self._pending_lock:
-            pending = self._pending.get(key)
-            if pending is not None:
-                pending[0] += 1
-                pending[1] = max(pending[1], now)
-            elif len(self._pending) < MAX_PENDING_HITS:
-                self._pending[key] = [1, now]
-            if self._flusher is None:
-                self._flusher = threading.Thread(
-                    target=self._flush_loop, name="xlacache-index-hits", daemon=True
-                )
-                self._flusher.start()
-
-    def flush_hits(self, busy_seconds: float = FLUSH_BUSY_SECONDS) -> None:
-        """Write buffered hits now; if that fails (the write lock stayed busy past
-        `busy_seconds`) they stay buffered for the next flush and the error is raised."""
-        pending = self._take_pending()
-        if not pending:
-            return
-        try:
-            with self._write(busy_seconds) as db:
-                self._apply_hits(db, pending)
-        except StoreIndexError:
-            self._requeue(pending)
-            raise
-
-    def _take_pending(self) -> dict[str, list]:
-        with self._pending_lock:
-            pending, self._pending = self._pending, {}
-        return pending
-
-    @staticmethod
-    def _apply_hits(db: sqlite3.Connection, pending: dict[str, list]) -> None:
-        db.executemany(
-            "UPDATE entries SET hits = hits + ?, last_used = max(last_used, ?) WHERE key = ?",
-            [(hits, when, key) for key, (hits, when) in pending.items()],
-        )
-
-    def _requeue(self, pending: dict[str, list]) -> None:
-        with self._pending_lock:
-            for key, (hits, when) in pending.items():
-                mine = self._pending.setdefault(key, [0, when])
-                mine[0] += hits
-                mine[1] = max(mine[1], when)
-
-    def _flush_loop(self) -> None:
-        while not self._closed:
-            self._wake.wait(FLUSH_SECONDS)
-            if self._closed:
-                return
-            with contextlib.suppress(StoreIndexError):  # busy: next time; closed: done
-                self.flush_hits()
-
-    def _pending_hits(self, key: str) -> tuple[int, float]:
-        with self._pending_lock:
-            hits, when = self._pending.get(key, (0, 0.0))
-        return hits, when
-
-    def _with_pending(self, row: tuple) -> EntryInfo:
-        info = EntryInfo(*row)
-        hits, when = self._pending_hits(info.key)
-        if not hits:
-            return info
-        return EntryInfo(**{**info.to_dict(), "hits": info.hits + hits,
-                            "last_used": max(info.last_used, when)})  # fmt: skip
-
-    # -- reads -------------------------------------------------------------------------
-
-    def get(self, key: str) -> EntryInfo | None:
-        with self._use() as db:
-            row = db.execute(f"{_SELECT} WHERE key = ?", (key,)).fetchone()
-        return self._with_pending(row) if row else None
-
-    def all(self) -> list[EntryInfo]:
-        with self._use() as db:
-            rows = db.execute(_SELECT).fetchall()
-        return [self._with_pending(row) for row in rows]
-
-    def page(self, after: str = "", limit: int = 1000) -> list[EntryInfo]:
-        """Up to `limit` rows with keys after `after`, in key order (the primary key's)."""
-        with self._use() as db:
-            rows = db.execute(
-                f"{_SELECT} WHERE key > ? ORDER BY key LIMIT ?", (after, limit)
-            ).fetchall()
-        return [self._with_pending(row) for row in rows]
-
-    def keys(self) -> set[str]:
-        with self._use() as db:
-            return {row[0] for row in db.execute("SELECT key FROM entries")}
-
-    def summary(self) -> StoreSummary:
-        """The totals the triggers keep (O(1)), plus hits not yet flushed."""
-        with self._use() as db:
-            row = db.execute(
-                "SELECT entries, bytes, payload_bytes, hits, compile_seconds FROM totals"
-            ).fetchone()
-        with self._pending_lock:
-            pending = sum(hits for hits, _ in self._pending.values())
-        entries, size, payload, hits, seconds = row
-        return StoreSummary(entries, size, payload, hits + pending, max(0.0, round(seconds, 6)))
-
-
-def _row(info: EntryInfo) -> tuple:
-    values = info.to_dict()
-    return tuple(values[c] for c in COLUMNS)
-
-
-def _statements(script: str) -> list[str]:
-    """The statements of a script (triggers hold `;` inside BEGIN ... END)."""
-    out, part = [], []
-    for line in script.strip().splitlines():
-        part.append(line)
-        text = "\n".join(part).strip()
-        if text.endswith(";") and sqlite3.complete_statement(text):
-            out.append(text)
-            part = []
-    return out
-
-
-@contextlib.contextmanager
-def _errors(index: Index) -> Iterator[None]:
-    """sqlite3 errors as StoreIndexError types; damage only for SQLite's own verdict."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        code = getattr(exc, "sqlite_errorcode", None)
-        message = f"{index.path}: {exc}"
-        if code is not None and code & 0xFF in _CORRUPT_CODES:
-            raise IndexCorruptError(message) from exc
-        if index.closed:
-            raise IndexClosedError(message) from exc
-        raise StoreIndexError(message) from exc
-
-
-def _reset_after_fork() -> None:
-    for index in list(_OPEN_INDEXES):
-        index._after_fork()
-
-
-def _close_all() -> None:
-    """At exit: write the hits still buffered (daemon flushers die with the process)."""
-    for index in list(_OPEN_INDEXES):
-        with contextlib.suppress(Exception):
-            index.close()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
-atexit.register(_close_all)
+        db, self.db = self.db, None
+        if db is not None:
+            db.close()
 
 
 def move_aside(path: Path) -> None:

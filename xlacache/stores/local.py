@@ -16,26 +16,31 @@ and the difference counted as `index_drift`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import time
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
-
-from filelock import FileLock
 
 from xlacache import counters, entry, misslog
 from xlacache.errors import (
     CorruptEntryError,
-    IndexClosedError,
-    IndexCorruptError,
     NotACacheError,
     ReadOnlyError,
-    StoreIndexError,
 )
 from xlacache.key import is_valid_key
-from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.base import (
+    EntryInfo,
+    PrunePolicy,
+    Store,
+    StoreSummary,
+    VerifyReport,
+    VersionSummary,
+    group_by_jaxlib,
+)
 from xlacache.stores.dir_leases import DirLeases
 from xlacache.stores.files import (
     ENTRY_SUFFIX,
@@ -46,7 +51,10 @@ from xlacache.stores.files import (
     info_from_header,
     verify_file,
 )
-from xlacache.stores.index import Index, Limits, move_aside
+from xlacache.stores.index import INDEX_FILE, Index, Limits, LocalIndex
+
+UNLINK_THREADS = 8  # threads that unlink a prune's files
+PARALLEL_UNLINKS = 256  # fewer files are unlinked by the calling thread alone
 
 __all__ = ["ENTRY_SUFFIX", "MARKER", "STALE_TEMP_SECONDS", "LocalStore", "info_from_header"]
 
@@ -81,8 +89,7 @@ class LocalStore(Store):
         self.fsync = self.files.fsync
         self.entries_dir = self.files.entries_dir
         self.tmp_dir = self.files.tmp_dir
-        self.index_path = self.root / "index.sqlite"
-        self._index: Index | None = None
+        self.index_path = self.root / INDEX_FILE
         self._leases: DirLeases | None = None
         if not self.files.is_cache():
             if not create:
@@ -93,9 +100,9 @@ class LocalStore(Store):
             # empty until it does (a reader that starts before its writer).
         if not readonly and not os.access(self.root, os.W_OK):
             raise PermissionError(errno.EACCES, "cache directory is not writable", str(self.root))
-        self._index = self._open_index()
-        if self._index is not None and not readonly:
-            self.reconcile(counted=not self._index.fresh)
+        self.index = LocalIndex(self.files, readonly)  # opened, rebuilt, reconciled
+        if not readonly:
+            self.remove_stale_temp_files()
 
     # -- Store interface -------------------------------------------------------------
 
@@ -215,7 +222,7 @@ class LocalStore(Store):
         limits = None
         if self.max_size is not None or self.max_age is not None:
             limits = Limits(max_size=self.max_size, max_age=self.max_age)
-        evicted = self._index_call(lambda ix: ix.add(info, limits)) or []
+        evicted = self.index.call(lambda ix: ix.add(info, limits)) or []
         for victim in evicted:
             self.entry_path(victim.key).unlink(missing_ok=True)
         if evicted:
@@ -234,15 +241,15 @@ class LocalStore(Store):
     def stat(self, key: str) -> EntryInfo | None:
         if not self.contains(key):
             return None
-        info = self._index_call(lambda ix: ix.get(key))
+        info = self.index.call(lambda ix: ix.get(key))
         return info or self.files.read_info(self.entry_path(key))
 
     def list(self) -> Iterator[EntryInfo]:
-        infos = self._index_call(lambda ix: ix.all())
+        infos = self.index.call(lambda ix: ix.all())
         return iter(infos) if infos is not None else self.scan()
 
     def list_page(self, after: str = "", limit: int = 1000) -> list[EntryInfo]:
-        page = self._index_call(lambda ix: ix.page(after, limit))
+        page = self.index.call(lambda ix: ix.page(after, limit))
         if page is not None:
             return page
         return super().list_page(after, limit)
@@ -252,7 +259,7 @@ class LocalStore(Store):
         return self.files.scan()
 
     def summary(self) -> StoreSummary:
-        result = self._index_call(lambda ix: ix.summary())
+        result = self.index.call(lambda ix: ix.summary())
         if result is not None:
             return result
         return StoreSummary.of(self.scan())
@@ -260,13 +267,20 @@ class LocalStore(Store):
     def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
         if self.readonly and not dry_run:
             raise ReadOnlyError(f"{self.root} is open read-only")
-        doomed = policy.select(self.list(), time.time())
+        now = time.time()
+        doomed = self.index.call(lambda ix: ix.select(policy, now))  # one SQL query
+        if doomed is None:  # no usable index: judge the entry files' headers
+            doomed = policy.select(self.scan(), now)
         if doomed and not dry_run:
             self._remove(i.key for i in doomed)
             counters.add("evictions", len(doomed))
         if not dry_run:
             self.remove_stale_temp_files()
         return doomed
+
+    def by_jaxlib(self) -> list[VersionSummary]:
+        found = self.index.call(lambda ix: ix.by_jaxlib())
+        return found if found is not None else group_by_jaxlib(self.scan())
 
     def verify(self, repair: bool = False) -> VerifyReport:
         if repair and self.readonly:
@@ -291,9 +305,9 @@ class LocalStore(Store):
         if repair:
             for path in bad:
                 path.unlink(missing_ok=True)
-            self._index_call(lambda ix: ix.remove(report.corrupt))
+            self.index.call(lambda ix: ix.remove(report.corrupt))
             self.remove_stale_temp_files()
-            self._resync_index(found)
+            self.index.resync(found)
             report.repaired = True
         return report
 
@@ -327,9 +341,7 @@ class LocalStore(Store):
     def close(self) -> None:
         if self._leases is not None:
             self._leases.close()
-        index, self._index = self._index, None
-        if index is not None:
-            index.close()
+        self.index.close()
         self.files.close()
 
     # -- index upkeep ------------------------------------------------------------------
@@ -342,89 +354,23 @@ class LocalStore(Store):
 
     def flush_hits(self) -> None:
         """Write buffered hit counts to the index now (tests, and before reporting)."""
-        self._index_call(lambda ix: ix.flush_hits())
+        self.index.call(lambda ix: ix.flush_hits())
 
     def reconcile(self, counted: bool = True) -> int:
-        """Make the index match the entry files; returns how many rows it changed.
-
-        Entry files without a row get one (from their header; malformed ones are left
-        to `verify`), rows without a file are dropped. The drift is counted in
-        `index_drift` unless `counted` is false (a new, empty index).
-        """
-        if self.readonly:
-            raise ReadOnlyError(f"{self.root} is open read-only")
-        known = self._index_call(lambda ix: ix.keys())
-        if known is None:
-            return 0
-        on_disk = set(self.files.keys())  # after the rows: a concurrent put shows as a file
-        added = [i for i in map(self.files.read_info, map(self.entry_path, on_disk - known)) if i]
-        vanished = [k for k in known - on_disk if not self.entry_path(k).exists()]
-        self._index_call(lambda ix: ix.upsert(added))
-        self._index_call(lambda ix: ix.remove(vanished))
+        """Make the index match the entry files (`LocalIndex.reconcile`) and remove
+        abandoned temp files; returns how many index rows changed."""
+        drift = self.index.reconcile(counted)
         self.remove_stale_temp_files()
-        drift = len(added) + len(vanished)
-        if drift and counted:
-            counters.add("index_drift", drift)
         return drift
 
     def rebuild_index(self) -> int:
         """Recreate the index from entry headers; returns the number of entries indexed."""
-        if self.readonly:
-            raise ReadOnlyError(f"{self.root} is open read-only")
-        with FileLock(str(self.root / "index.lock"), timeout=120):
-            self.close()
-            move_aside(self.index_path)
-            self._index = Index(self.index_path)
-            infos = list(self.scan())
-            self._index.upsert(infos)
-        return len(infos)
+        return self.index.rebuild()
 
-    def _open_index(self) -> Index | None:
-        """Open the index; rebuild it if damaged. None when unusable (listing then scans)."""
-        if self.readonly:
-            if not self.index_path.exists():
-                return None
-            try:
-                return Index(self.index_path, readonly=True)
-            except (StoreIndexError, OSError):
-                return None  # listing falls back to scanning headers
-        try:
-            return Index(self.index_path)
-        except IndexCorruptError as exc:
-            counters.record_error("index", exc)
-            self.rebuild_index()
-            return self._index
-        except (StoreIndexError, OSError) as exc:
-            counters.record_error("index", exc)
-            return None
-
-    def _index_call(self, fn):
-        """Run fn(index); index failures are counted, never raised (the index is derived)."""
-        index = self._index
-        if index is None:
-            return None
-        try:
-            return fn(index)
-        except IndexClosedError:
-            return None  # the store is closing: callers fall back to the entry files
-        except StoreIndexError as exc:
-            counters.record_error("index", exc)
-            if isinstance(exc, IndexCorruptError) and not self.readonly:
-                try:
-                    self.rebuild_index()
-                except Exception as rebuild_exc:  # noqa: BLE001
-                    counters.record_error("index", rebuild_exc)
-                    self._index = None
-            return None
-
-    def _resync_index(self, present: list[EntryInfo]) -> None:
-        def sync(ix: Index) -> None:
-            known = ix.keys()
-            keys = {i.key for i in present}
-            ix.remove(known - keys)
-            ix.upsert(i for i in present if i.key not in known)
-
-        self._index_call(sync)
+    @property
+    def _index(self) -> Index | None:
+        """The open SQLite index (None when unusable)."""
+        return self.index.db
 
     # -- files -------------------------------------------------------------------------
 
@@ -462,10 +408,27 @@ class LocalStore(Store):
             return None
 
     def _remove(self, keys: Iterable[str]) -> None:
-        keys = list(keys)
-        for key in keys:
-            self.entry_path(key).unlink(missing_ok=True)
-        self._index_call(lambda ix: ix.remove(keys))
+        """Unlink the entry files, then drop their rows in one batched delete.
+
+        Many files are unlinked by UNLINK_THREADS threads at once: an unlink mostly waits
+        (the journal, a discard on a virtual disk), and waits overlap (on a loaded ext4
+        disk, 20,000 unlinks took 2.3 s in 8 threads, 20 s and more in one).
+        """
+        keys = [check_key(key) for key in keys]
+        base = str(self.entries_dir)
+
+        def unlink(part: list[str]) -> None:
+            for key in part:  # the path as plain text: no Path object per key
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{base}/{key[:2]}/{key}{ENTRY_SUFFIX}")
+
+        if len(keys) < PARALLEL_UNLINKS:
+            unlink(keys)
+        else:
+            parts = [keys[i::UNLINK_THREADS] for i in range(UNLINK_THREADS)]
+            with ThreadPoolExecutor(UNLINK_THREADS, thread_name_prefix="xlacache-rm") as pool:
+                list(pool.map(unlink, parts))
+        self.index.call(lambda ix: ix.remove(keys))
 
     def remove_stale_temp_files(self) -> int:
         """Remove abandoned writes from tmp/ (see EntryFiles.stale_temp_files); how many."""

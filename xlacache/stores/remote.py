@@ -24,18 +24,25 @@ from xlacache.errors import (
     CacheError,
     ConfigError,
     CorruptEntryError,
-    InvalidKeyError,
     ReadOnlyError,
     StoreUnavailableError,
 )
-from xlacache.key import is_valid_key
+from xlacache.key import check_key
 from xlacache.protocol import CHUNK_SIZE, DEFAULT_PORT, fields_of, method_path, misses, status, wire
-from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.base import (
+    EntryInfo,
+    PrunePolicy,
+    Store,
+    StoreSummary,
+    VerifyReport,
+    VersionSummary,
+)
 from xlacache.stores.jobs import JobLog, check_job
 from xlacache.stores.remote_leases import GrpcLeases
 from xlacache.stores.resilience import CircuitBreaker
 
-MESSAGE_LIMIT = 8 * 1024 * 1024
+MESSAGE_LIMIT = 8 * 1024 * 1024  # what the client sends (chunks, key batches)
+REPLY_LIMIT = 128 * 1024 * 1024  # what it accepts: a Prune of 50,000 entries lists 7 MB
 TOUCH_EVERY = 1.0  # seconds between Touch calls (uses of prefetched entries)
 MAX_TOUCHES = 10_000  # keys waiting to be sent; more are dropped (figures only)
 
@@ -108,7 +115,7 @@ class GrpcStore(Store):
         token = token or config.remote_token()
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
         options = [
-            ("grpc.max_receive_message_length", MESSAGE_LIMIT),
+            ("grpc.max_receive_message_length", REPLY_LIMIT),
             ("grpc.max_send_message_length", MESSAGE_LIMIT),
             ("grpc.enable_retries", 0),
             # Quick reconnects after a server restart. (Not grpc.min_reconnect_backoff_ms:
@@ -166,7 +173,7 @@ class GrpcStore(Store):
         return self._get_verified(key, peek=True)
 
     def _get_verified(self, key: str, peek: bool) -> bytes | None:
-        _check_key(key)
+        check_key(key)
         blob = self._call(lambda: self._get(key, peek))
         if blob is None:
             return None
@@ -219,7 +226,7 @@ class GrpcStore(Store):
 
     def put(self, key: str, blob: bytes) -> None:
         self._writable()
-        _check_key(key)
+        check_key(key)
         header = entry.read_header(blob)
         if header.key != key:
             raise CorruptEntryError(f"refusing to upload an entry for {header.key} under {key}")
@@ -244,17 +251,17 @@ class GrpcStore(Store):
 
     def contains_many(self, keys: list[str]) -> list[bool]:
         for key in keys:
-            _check_key(key)
+            check_key(key)
         reply = self._call(lambda: self._unary(self._stub.Contains, pb.ContainsRequest(keys=keys)))
         return list(reply.present)
 
     def delete(self, key: str) -> bool:
         self._writable()
-        _check_key(key)
+        check_key(key)
         return self._call(lambda: self._unary(self._stub.Delete, pb.DeleteRequest(key=key))).deleted
 
     def stat(self, key: str) -> EntryInfo | None:
-        _check_key(key)
+        check_key(key)
         reply = self._call(lambda: self._unary(self._stub.Stat, pb.StatRequest(keys=[key])))
         result = reply.results[0]
         return _info(result.info) if result.found else None
@@ -286,6 +293,10 @@ class GrpcStore(Store):
             compile_seconds=s.compile_seconds,
         )
 
+    def by_jaxlib(self) -> list[VersionSummary]:
+        """The server's entries and bytes per jaxlib version (from its Stats call)."""
+        return [VersionSummary(**fields_of(v)) for v in self.server_stats().by_jaxlib]
+
     def server_stats(self) -> pb.StatsResponse:
         """The server's own figures: store summary, limits, version, request counters."""
         return self._call(lambda: self._unary(self._stub.Stats, pb.StatsRequest()))
@@ -300,6 +311,8 @@ class GrpcStore(Store):
             request.older_than_seconds = policy.older_than
         if policy.unused_for is not None:
             request.unused_for_seconds = policy.unused_for
+        if policy.stale_for is not None:
+            request.stale_for_jaxlib = policy.stale_for
         reply = self._call(
             lambda: self._unary(self._stub.Prune, request, timeout=self.transfer_timeout)
         )
@@ -356,7 +369,7 @@ class GrpcStore(Store):
     def record_hit(self, key: str) -> None:
         """Count a use of an entry read with `peek`: sent with others (Touch) within a
         second, from a background thread; dropped if the server cannot take it."""
-        _check_key(key)
+        check_key(key)
         with self._touch_lock:
             if len(self._touches) >= MAX_TOUCHES:
                 return
@@ -418,11 +431,6 @@ class GrpcStore(Store):
             raise
         self.breaker.success()
         return result
-
-
-def _check_key(key: str) -> None:
-    if not is_valid_key(key):
-        raise InvalidKeyError(f"malformed cache key {key!r}")
 
 
 def _info(message: pb.EntryInfo) -> EntryInfo:

@@ -26,7 +26,14 @@ from xlacache.errors import (
     UntrustedEntryError,
     kind_of,
 )
-from xlacache.stores.base import EntryInfo, PrunePolicy, Store, StoreSummary, VerifyReport
+from xlacache.stores.base import (
+    EntryInfo,
+    PrunePolicy,
+    Store,
+    StoreSummary,
+    VerifyReport,
+    VersionSummary,
+)
 from xlacache.stores.jobs import JobLog
 from xlacache.stores.leases import LeaseTable
 
@@ -117,6 +124,9 @@ class TieredStore(Store):
 
     def summary(self) -> StoreSummary:
         return self.local.summary()
+
+    def by_jaxlib(self) -> list[VersionSummary]:
+        return self.local.by_jaxlib()  # as summary: the local tier's (an index's SQL)
 
     def prune(self, policy: PrunePolicy, dry_run: bool = False) -> list[EntryInfo]:
         if self.readonly and not dry_run:

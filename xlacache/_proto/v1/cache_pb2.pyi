@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EntryInfo(_message.Message):
-    __slots__ = ("key", "size", "payload_size", "created", "last_used", "hits", "compile_seconds", "label")
+    __slots__ = ("key", "size", "payload_size", "created", "last_used", "hits", "compile_seconds", "label", "format_version", "jaxlib", "platform")
     KEY_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,9 @@ class EntryInfo(_message.Message):
     HITS_FIELD_NUMBER: _ClassVar[int]
     COMPILE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JAXLIB_FIELD_NUMBER: _ClassVar[int]
+    PLATFORM_FIELD_NUMBER: _ClassVar[int]
     key: str
     size: int
     payload_size: int
@@ -25,7 +28,10 @@ class EntryInfo(_message.Message):
     hits: int
     compile_seconds: float
     label: str
-    def __init__(self, key: _Optional[str] = ..., size: _Optional[int] = ..., payload_size: _Optional[int] = ..., created: _Optional[float] = ..., last_used: _Optional[float] = ..., hits: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., label: _Optional[str] = ...) -> None: ...
+    format_version: int
+    jaxlib: str
+    platform: str
+    def __init__(self, key: _Optional[str] = ..., size: _Optional[int] = ..., payload_size: _Optional[int] = ..., created: _Optional[float] = ..., last_used: _Optional[float] = ..., hits: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., label: _Optional[str] = ..., format_version: _Optional[int] = ..., jaxlib: _Optional[str] = ..., platform: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("key", "peek")
@@ -144,7 +150,7 @@ class StoreSummary(_message.Message):
     def __init__(self, entries: _Optional[int] = ..., bytes: _Optional[int] = ..., payload_bytes: _Optional[int] = ..., hits: _Optional[int] = ..., compile_seconds: _Optional[float] = ...) -> None: ...
 
 class StatsResponse(_message.Message):
-    __slots__ = ("summary", "max_size", "max_entry_size", "version", "uptime_seconds", "counters")
+    __slots__ = ("summary", "max_size", "max_entry_size", "version", "uptime_seconds", "counters", "by_jaxlib")
     class CountersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -158,25 +164,39 @@ class StatsResponse(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    BY_JAXLIB_FIELD_NUMBER: _ClassVar[int]
     summary: StoreSummary
     max_size: int
     max_entry_size: int
     version: str
     uptime_seconds: float
     counters: _containers.ScalarMap[str, float]
-    def __init__(self, summary: _Optional[_Union[StoreSummary, _Mapping]] = ..., max_size: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., counters: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    by_jaxlib: _containers.RepeatedCompositeFieldContainer[VersionSummary]
+    def __init__(self, summary: _Optional[_Union[StoreSummary, _Mapping]] = ..., max_size: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., counters: _Optional[_Mapping[str, float]] = ..., by_jaxlib: _Optional[_Iterable[_Union[VersionSummary, _Mapping]]] = ...) -> None: ...
+
+class VersionSummary(_message.Message):
+    __slots__ = ("jaxlib", "entries", "bytes")
+    JAXLIB_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    jaxlib: str
+    entries: int
+    bytes: int
+    def __init__(self, jaxlib: _Optional[str] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class PruneRequest(_message.Message):
-    __slots__ = ("max_size", "older_than_seconds", "unused_for_seconds", "dry_run")
+    __slots__ = ("max_size", "older_than_seconds", "unused_for_seconds", "dry_run", "stale_for_jaxlib")
     MAX_SIZE_FIELD_NUMBER: _ClassVar[int]
     OLDER_THAN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     UNUSED_FOR_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    STALE_FOR_JAXLIB_FIELD_NUMBER: _ClassVar[int]
     max_size: int
     older_than_seconds: float
     unused_for_seconds: float
     dry_run: bool
-    def __init__(self, max_size: _Optional[int] = ..., older_than_seconds: _Optional[float] = ..., unused_for_seconds: _Optional[float] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+    stale_for_jaxlib: str
+    def __init__(self, max_size: _Optional[int] = ..., older_than_seconds: _Optional[float] = ..., unused_for_seconds: _Optional[float] = ..., dry_run: _Optional[bool] = ..., stale_for_jaxlib: _Optional[str] = ...) -> None: ...
 
 class PruneResponse(_message.Message):
     __slots__ = ("removed",)
