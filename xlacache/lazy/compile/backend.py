@@ -1,0 +1,85 @@
+"""The ``xlacache`` Dynamo backend: AOTAutograd graphs, each one cached executable.
+
+Dynamo traces the user's code with fake tensors on the ``xla`` device (a lazy tensor's fake:
+``LazyTensor.__tensor_unflatten__``); AOTAutograd splits the graph into forward and backward
+aten graphs, with PyTorch's decompositions for the ops the lowering table lacks; each graph
+becomes a ``CompiledGraph`` if every node lowers, else a ``LazyGraph`` (lazy tracing, counted
+with its reason). A graph break leaves the code between graphs to run as usual: lazily.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._decomp import core_aten_decompositions, decomposition_table
+from torch._dynamo.backends.common import aot_autograd
+from torch.fx import GraphModule
+
+from .. import metrics
+from ..lowering import LOWERINGS
+from . import lower
+from .program import CompiledGraph, LazyGraph, note_fallback
+
+_DECOMPOSITIONS: dict[Any, Any] = {}
+
+
+def decompositions() -> dict[Any, Any]:
+    """PyTorch's decompositions of the ops the lowering table lacks (what the lazy
+    dispatcher does with them too)."""
+    if not _DECOMPOSITIONS:
+        table = {**decomposition_table, **core_aten_decompositions()}
+        _DECOMPOSITIONS.update({op: f for op, f in table.items() if op not in LOWERINGS})
+    return _DECOMPOSITIONS
+
+
+def _compiler(what: str) -> Any:
+    def compile_graph(gm: GraphModule, example_inputs: list) -> Any:
+        reason = lower.unsupported(gm)
+        if reason is not None:
+            return LazyGraph(gm, f"{what}: {reason}")
+        metrics.counter_inc("CompiledGraph")
+        return CompiledGraph(gm, what)
+
+    return compile_graph
+
+
+def sync_dynamo_counters() -> None:
+    """Dynamo's own counts (graph breaks, recompiles) as lazy metrics counters."""
+    from torch._dynamo.utils import counters, guard_failures
+
+    now = {
+        "DynamoGraphBreak": sum(counters["graph_break"].values()),
+        "DynamoRecompile": sum(len(v) for v in guard_failures.values()),
+    }
+    for name, n in now.items():
+        delta = n - (metrics.counter_value(name) or 0)
+        if delta > 0:
+            metrics.counter_inc(name, delta)
+
+
+def recompile_reasons() -> list[str]:
+    """The guard failures that made Dynamo recompile, oldest first."""
+    from torch._dynamo.utils import guard_failures
+
+    return [r for reasons in guard_failures.values() for r in reasons]
+
+
+def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> Any:
+    """``torch.compile(model, backend="xlacache")``."""
+    metrics.counter_inc("DynamoGraph")
+    sync_dynamo_counters()
+    fakes = []
+    for n in gm.graph.find_nodes(op="placeholder"):
+        v = n.meta.get("example_value")
+        if v is None:
+            note_fallback("a Dynamo graph input without a fake value")
+            return gm.forward
+        fakes.append(v)
+    backend = aot_autograd(
+        fw_compiler=_compiler("forward"),
+        bw_compiler=_compiler("backward"),
+        inference_compiler=_compiler("inference"),
+        decompositions=decompositions(),
+    )
+    return backend(gm, fakes)
