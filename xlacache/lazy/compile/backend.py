@@ -9,9 +9,9 @@ with its reason). A graph break leaves the code between graphs to run as usual: 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
-import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 from torch._dynamo.backends.common import aot_autograd
 from torch.fx import GraphModule
@@ -22,6 +22,8 @@ from . import lower
 from .program import CompiledGraph, LazyGraph, note_fallback
 
 _DECOMPOSITIONS: dict[Any, Any] = {}
+# our graphs take their inputs boxed or not; AOTAutograd cannot see it through Dynamo's wrapper
+warnings.filterwarnings("ignore", message="Your compiler for AOTAutograd is returning a function")
 
 
 def decompositions() -> dict[Any, Any]:

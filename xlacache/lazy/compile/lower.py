@@ -119,9 +119,7 @@ def build(gm: GraphModule) -> tuple[Callable[..., list], list[int | None]]:
             fn = None if t is operator.getitem or t in _IDENTITY else LOWERINGS[t]
             vals = n.meta.get("val")
             avals = (
-                tuple(_aval(v) for v in vals)
-                if isinstance(vals, (tuple, list))
-                else (_aval(vals),)
+                tuple(_aval(v) for v in vals) if isinstance(vals, (tuple, list)) else (_aval(vals),)
             )
             steps.append((n, fn, avals, isinstance(vals, (tuple, list)), str(t)))
 
