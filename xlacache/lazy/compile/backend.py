@@ -12,6 +12,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 from torch._dynamo.backends.common import aot_autograd
 from torch.fx import GraphModule
@@ -21,6 +22,7 @@ from ..lowering import LOWERINGS
 from . import lower
 from .program import CompiledGraph, LazyGraph, note_fallback
 
+aten = torch.ops.aten
 _DECOMPOSITIONS: dict[Any, Any] = {}
 # our graphs take their inputs boxed or not; AOTAutograd cannot see it through Dynamo's wrapper
 warnings.filterwarnings("ignore", message="Your compiler for AOTAutograd is returning a function")
@@ -31,7 +33,10 @@ def decompositions() -> dict[Any, Any]:
     dispatcher does with them too)."""
     if not _DECOMPOSITIONS:
         table = {**decomposition_table, **core_aten_decompositions()}
-        _DECOMPOSITIONS.update({op: f for op, f in table.items() if op not in LOWERINGS})
+        keep = {aten.lift_fresh.default, aten.lift.default}  # how tracing takes in constants
+        _DECOMPOSITIONS.update(
+            {op: f for op, f in table.items() if op not in LOWERINGS and op not in keep}
+        )
     return _DECOMPOSITIONS
 
 

@@ -93,14 +93,17 @@ class CompiledGraph:
     _boxed_call = True
 
     def __init__(self, gm: GraphModule, what: str) -> None:
+        with unset_fake_temporarily():  # AOTAutograd compiles under its fake mode
+            self._init(gm, what)
+
+    def _init(self, gm: GraphModule, what: str) -> None:
         self.gm = gm
         self.what = what
         self.fn, self.where = lower.build(gm)
         outs = gm.graph.output_node().args[0]
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
         vals = [o.meta["val"] for o in outs if o is not None and o.op != "placeholder"]
-        with unset_fake_temporarily():  # AOTAutograd compiles under its fake mode
-            self.metas = [torch.empty(tuple(v.shape), dtype=v.dtype, device="meta") for v in vals]
+        self.metas = [torch.empty(tuple(v.shape), dtype=v.dtype, device="meta") for v in vals]
         self.out_sig = [[list(v.shape), np.dtype(jax_dtype(v.dtype)).name] for v in vals]
         h = hashlib.blake2b(f"xlacache.lazy.compile/{FORMAT}\n".encode(), digest_size=16)
         h.update(gm.code.encode())
