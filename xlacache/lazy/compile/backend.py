@@ -89,4 +89,6 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
         inference_compiler=_compiler("inference"),
         decompositions=decompositions(),
     )
-    return backend(gm, fakes)
+    # lazy tensors report contiguous strides: AOTAutograd expects contiguous tangents
+    with torch._functorch.config.patch(guess_tangent_strides_as_outputs=False):
+        return backend(gm, fakes)

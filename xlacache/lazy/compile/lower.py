@@ -29,6 +29,15 @@ aten = torch.ops.aten
 
 # ops with no lowering of their own whose value is their (first) input's
 _IDENTITY = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
+# functional ops the lazy runtime handles outside its lowering table (``special.py``); the
+# result is cast and broadcast to the node's dtype and shape like every lowering's
+_LOCAL: dict[Any, Callable[..., Any]] = {
+    aten.copy.default: lambda dst, src, non_blocking=False: src,
+}
+
+
+def _lowering(t: Any) -> Callable[..., Any] | None:
+    return _LOCAL.get(t) or LOWERINGS.get(t)
 
 
 def _fake(x: Any) -> bool:
@@ -52,7 +61,7 @@ def unsupported(gm: GraphModule) -> str | None:
             t = n.target
             if t is operator.getitem or t in _IDENTITY:
                 continue
-            if t not in LOWERINGS:
+            if _lowering(t) is None:
                 return f"{t} has no lowering"
             vals = n.meta.get("val")
             for v in vals if isinstance(vals, (tuple, list)) else (vals,):
@@ -116,7 +125,7 @@ def build(gm: GraphModule) -> tuple[Callable[..., list], list[int | None]]:
     for n in nodes:
         if n.op == "call_function":
             t = n.target
-            fn = None if t is operator.getitem or t in _IDENTITY else LOWERINGS[t]
+            fn = None if t is operator.getitem or t in _IDENTITY else _lowering(t)
             vals = n.meta.get("val")
             avals = (
                 tuple(_aval(v) for v in vals) if isinstance(vals, (tuple, list)) else (_aval(vals),)

@@ -111,7 +111,7 @@ class CompiledGraph:
             if n.op == "get_attr":
                 c = getattr(gm, n.target).detach().contiguous()
                 h.update(f"{n.target} {c.dtype} {list(c.shape)}\n".encode())
-                h.update(c.view(torch.uint8).numpy().tobytes() if c.numel() else b"")
+                h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
         self.code_digest = h.digest()
         self.executables: dict[tuple, Any] = {}
         self.fallback: LazyGraph | None = None
