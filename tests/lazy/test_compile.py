@@ -213,3 +213,16 @@ def test_fresh_process_loads_without_lowering(tmp_path):
     assert warm["report"]["CompiledGraphLowering"] == 0
     assert warm["report"]["CompiledGraphAliasHit"] == 2
     assert warm["losses"] == cold["losses"]
+
+
+def test_view_input_mutated_in_place_reaches_its_base():
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x + 1
+
+    base = torch.arange(8.0).reshape(2, 4)
+    lazy_base = base.to(DEV)
+    out = torch.compile(fn, backend="xlacache")(lazy_base[:, 1:3])
+    want = fn(base[:, 1:3])
+    torch.testing.assert_close(out.cpu(), want)
+    torch.testing.assert_close(lazy_base.cpu(), base)

@@ -123,6 +123,15 @@ class LazyTensor(torch.Tensor):
         with mode:
             return torch.empty_strided(size, stride, dtype=ctx, device=DEVICE)
 
+    def _is_view(self) -> bool:
+        # Dynamo fakes a view from its base by replaying the view with the base's strides;
+        # lazy tensors report contiguous strides, so while Dynamo traces a lazy view is given
+        # as a tensor of its own (an in-place update of it still reaches its base: AOTAutograd
+        # applies it to this tensor, whose lazy view tracking writes it through)
+        if torch._guards.TracingContext.try_get() is not None:
+            return False
+        return super()._is_view()
+
     def __coerce_same_metadata_as_tangent__(self, meta: Any, expected: Any = None) -> Any:
         """AOTAutograd traced the backward with plain tensors: a lazy tangent passes as one
         (the same state, in a wrapper that does not claim the subclass protocol)."""
