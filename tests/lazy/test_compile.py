@@ -71,8 +71,6 @@ def test_steady_call_traces_no_model_op():
     xl.sync()
     with torch.no_grad():
         fn(x)
-        xl.sync()
-        metrics.counter_value("TracedOps")
         xl.sync()  # flushes the trace counter
         before = _count("TracedOps")
         out = fn(x)
@@ -226,3 +224,30 @@ def test_view_input_mutated_in_place_reaches_its_base():
     want = fn(base[:, 1:3])
     torch.testing.assert_close(out.cpu(), want)
     torch.testing.assert_close(lazy_base.cpu(), base)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "t5", "resnet"])
+def test_tiny_hf_model_trains_as_eager(name):
+    from tests.lazy import hf_models as H
+
+    def run(device: torch.device, compiled: bool) -> list[float]:
+        model = H.build(name).to(device)
+        fn = torch.compile(model, backend="xlacache") if compiled else model
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        losses = []
+        for step in range(3):
+            inputs = {k: v.to(device) for k, v in H.batch(name, step).items()}
+            loss = fn(**inputs).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if device.type == "xla":
+                xl.sync()
+            losses.append(loss.item())
+        return losses
+
+    before = _count("CompiledGraph")
+    got = run(DEV, True)
+    torch.testing.assert_close(got, run(torch.device("cpu"), False), rtol=1e-4, atol=0)
+    assert _count("CompiledGraph") - before >= 2
