@@ -251,3 +251,24 @@ def test_tiny_hf_model_trains_as_eager(name):
     got = run(DEV, True)
     torch.testing.assert_close(got, run(torch.device("cpu"), False), rtol=1e-4, atol=0)
     assert _count("CompiledGraph") - before >= 2
+
+
+def test_a_lowering_that_fails_falls_back_to_lazy(monkeypatch):
+    from xlacache.lazy.compile import lower
+
+    def broken(dst, src, non_blocking=False):
+        raise ValueError("broken on purpose")
+
+    monkeypatch.setitem(lower._LOCAL, torch.ops.aten.copy.default, broken)
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = torch.zeros_like(x)
+        z.copy_(y)
+        return z * 2 + x
+
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    before = _count("CompiledGraphFallback")
+    with pytest.warns(UserWarning, match="runs lazily: .*broken on purpose"):
+        got = torch.compile(fn, backend="xlacache")(x.to(DEV), y.to(DEV)).cpu()
+    torch.testing.assert_close(got, fn(x, y))
+    assert _count("CompiledGraphFallback") == before + 1
