@@ -272,3 +272,16 @@ def test_a_lowering_that_fails_falls_back_to_lazy(monkeypatch):
         got = torch.compile(fn, backend="xlacache")(x.to(DEV), y.to(DEV)).cpu()
     torch.testing.assert_close(got, fn(x, y))
     assert _count("CompiledGraphFallback") == before + 1
+
+
+def test_a_tensor_and_its_view_as_inputs_run_lazily_and_exactly():
+    def fn(base: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
+        view.mul_(2)
+        return base + 0
+
+    base = torch.arange(8.0).reshape(2, 4)
+    lazy_base = base.to(DEV)
+    before = _count("CompiledGraphFallback")
+    got = torch.compile(fn, backend="xlacache")(lazy_base, lazy_base[:, 1:3]).cpu()
+    torch.testing.assert_close(got, fn(base, base[:, 1:3]))
+    assert _count("CompiledGraphFallback") == before + 1

@@ -19,6 +19,7 @@ from torch.fx import GraphModule
 
 from .. import metrics
 from ..lowering import LOWERINGS
+from ..tensor import LazyTensor
 from . import lower
 from .program import CompiledGraph, LazyGraph, note_fallback
 
@@ -72,10 +73,21 @@ def recompile_reasons() -> list[str]:
     return [r for reasons in guard_failures.values() for r in reasons]
 
 
+def _aliased(inputs: list) -> bool:
+    """Do two of the (real) graph inputs view the same lazy storage?"""
+    roots = [id(x._c._root or x._c) for x in inputs if isinstance(x, LazyTensor)]
+    return len(roots) != len(set(roots))
+
+
 def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> Any:
     """``torch.compile(model, backend="xlacache")``."""
     metrics.counter_inc("DynamoGraph")
     sync_dynamo_counters()
+    if _aliased(example_inputs):
+        # Dynamo gives each lazy view as a tensor of its own: a graph that takes a tensor and
+        # a view of it cannot see an update of one in the other; it runs lazily (exact)
+        note_fallback("graph inputs that share storage")
+        return gm.forward
     fakes = []
     for n in gm.graph.find_nodes(op="placeholder"):
         v = n.meta.get("example_value")
