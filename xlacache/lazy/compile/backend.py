@@ -88,6 +88,10 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
         # a view of it cannot see an update of one in the other; it runs lazily (exact)
         note_fallback("graph inputs that share storage")
         return gm.forward
+    if any(isinstance(t, LazyTensor) for t in (*gm.parameters(), *gm.buffers())):
+        # Dynamo kept tensors as graph attributes (an optimizer's step): they run lazily
+        note_fallback("lazy tensors held by the graph as attributes")
+        return gm.forward
     fakes = []
     for n in gm.graph.find_nodes(op="placeholder"):
         v = n.meta.get("example_value")
