@@ -305,3 +305,18 @@ def test_compiled_optimizer_step_runs_lazily_and_equals_eager():
         xl.sync()
     torch.testing.assert_close(model.weight.cpu(), ref.weight.detach(), rtol=1e-5, atol=1e-6)
     assert "lazy tensors held by the graph as attributes" in xc.report()["fallback_reasons"]
+
+
+def test_views_of_one_tensor_as_inputs_compile_when_nothing_is_updated():
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * y
+
+    batch = torch.arange(10.0).reshape(2, 5)
+    lazy = batch.to(DEV)
+    before = _count("CompiledGraphFallback"), _count("CompiledGraphExecute")
+    got = torch.compile(fn, backend="xlacache")(lazy[:, :-1], lazy[:, 1:]).cpu()
+    torch.testing.assert_close(got, fn(batch[:, :-1], batch[:, 1:]))
+    assert (_count("CompiledGraphFallback"), _count("CompiledGraphExecute")) == (
+        before[0],
+        before[1] + 1,
+    )

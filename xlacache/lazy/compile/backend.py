@@ -41,8 +41,20 @@ def decompositions() -> dict[Any, Any]:
     return _DECOMPOSITIONS
 
 
-def _compiler(what: str) -> Any:
+def _mutates_inputs() -> bool:
+    """Does the graph AOTAutograd is compiling update an input (its own analysis; True
+    when it cannot be told)?"""
+    tc = torch._guards.TracingContext.try_get()
+    meta = tc.fw_metadata if tc is not None else None
+    if meta is None:
+        return True
+    return any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
+
+
+def _compiler(what: str, seen: dict) -> Any:
     def compile_graph(gm: GraphModule, example_inputs: list) -> Any:
+        if what != "backward":
+            seen["mutates"] = seen.get("mutates", False) or _mutates_inputs()
         reason = lower.unsupported(gm)
         if reason is not None:
             return LazyGraph(gm, f"{what}: {reason}")
@@ -83,11 +95,6 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
     """``torch.compile(model, backend="xlacache")``."""
     metrics.counter_inc("DynamoGraph")
     sync_dynamo_counters()
-    if _aliased(example_inputs):
-        # Dynamo gives each lazy view as a tensor of its own: a graph that takes a tensor and
-        # a view of it cannot see an update of one in the other; it runs lazily (exact)
-        note_fallback("graph inputs that share storage")
-        return gm.forward
     if any(isinstance(t, LazyTensor) for t in (*gm.parameters(), *gm.buffers())):
         # Dynamo kept tensors as graph attributes (an optimizer's step): they run lazily
         note_fallback("lazy tensors held by the graph as attributes")
@@ -99,12 +106,20 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
             note_fallback("a Dynamo graph input without a fake value")
             return gm.forward
         fakes.append(v)
+    seen: dict[str, bool] = {}
     backend = aot_autograd(
-        fw_compiler=_compiler("forward"),
-        bw_compiler=_compiler("backward"),
-        inference_compiler=_compiler("inference"),
+        fw_compiler=_compiler("forward", seen),
+        bw_compiler=_compiler("backward", seen),
+        inference_compiler=_compiler("inference", seen),
         decompositions=decompositions(),
     )
     # lazy tensors report contiguous strides: AOTAutograd expects contiguous tangents
     with torch._functorch.config.patch(guess_tangent_strides_as_outputs=False):
-        return backend(gm, fakes)
+        compiled = backend(gm, fakes)
+    if seen.get("mutates", True) and _aliased(example_inputs):
+        # Dynamo gives each lazy view as a tensor of its own: a graph that updates a tensor
+        # given with a view of it (or the view) would not see the update in the other; the
+        # Dynamo graph runs lazily instead, where views are exact
+        note_fallback("an input updated in place shares storage with another input")
+        return gm.forward
+    return compiled
