@@ -167,7 +167,9 @@ def _build(order: list[Node], outs: list[tuple[Node, int]]) -> Callable:
             except Exception as e:
                 raise RuntimeError(f"xlacache.lazy: lowering {st.name} failed: {e}") from e
             res = (res,) if not isinstance(res, (tuple, list)) else tuple(res)
-            env[i] = tuple(_fix(r, a, st.name) for r, a in zip(res, st.avals, strict=False))
+            env[i] = tuple(
+                conform_result(r, a, st.name) for r, a in zip(res, st.avals, strict=False)
+            )
         return [env[p][k] for p, k in out_pos]
 
     return fn
@@ -185,7 +187,7 @@ def _random_lowering(kind: str, idx: int, shape: tuple, dtype: Any, params: tupl
 _NP_DTYPES: dict[Any, np.dtype] = {}
 
 
-def _fix(r: Any, aval: Any, name: str) -> Any:
+def conform_result(r: Any, aval: Any, name: str) -> Any:
     """Cast a lowering's result to the dtype and shape torch's meta kernel predicted."""
     if aval is None or r is None:
         return r

@@ -46,9 +46,9 @@ def _fill(kind: str, args: tuple, kwargs: dict) -> LazyTensor:
 for _name in ("normal_", "uniform_", "bernoulli_", "exponential_", "random_", "log_normal_"):
     _packet = getattr(aten, _name)
     for _ov in _packet.overloads():
-        _op = getattr(_packet, _ov)
+        op_info = getattr(_packet, _ov)
         if "out" not in _ov:
-            SPECIAL[_op] = partial(_fill, _name)
+            SPECIAL[op_info] = partial(_fill, _name)
 
 
 @special(aten.bernoulli.p)

@@ -162,7 +162,7 @@ _META_CACHE: dict[tuple[int, str, tuple], tuple[Any, Any, tuple, bytes, Any]] = 
 _META_CACHE_MAX = 200_000
 
 
-def _op(func: Any) -> _Op:
+def op_info(func: Any) -> _Op:
     op = _OPS.get(id(func))
     if op is None or op.func is not func:
         op = _OPS[id(func)] = _Op(func)
@@ -225,7 +225,7 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
 # 0-dim CPU tensors of these dtypes become float32 graph inputs (exactly); float64 ones are data
 _F32_EXACT = frozenset((torch.float32, torch.float16, torch.bfloat16))
 # scalar graph inputs are float32: an op on these dtypes gets its Python floats as constants
-_WIDE = frozenset((torch.float64, torch.complex128))
+WIDE_DTYPES = frozenset((torch.float64, torch.complex128))
 _NONE: frozenset = frozenset()
 
 # ops that take CPU tensors along with xla ones in eager PyTorch too (index tensors and values)
@@ -269,7 +269,7 @@ def record(
     """
     op = _OPS.get(id(func))
     if op is None or op.func is not func:
-        op = _op(func)
+        op = op_info(func)
     inputs: list[tuple[Node, int]] = []
     seen: dict[tuple[Node, int], int] = {}
     ctx = None  # for the other argument kinds: _convert
@@ -360,8 +360,8 @@ def record(
 
 def _wide(inputs: list[tuple[Node, int]], avals: tuple) -> bool:
     """Does the op read or write float64/complex128 values?"""
-    return any(n.avals[i][1] in _WIDE for n, i in inputs) or any(
-        a is not None and a[1] in _WIDE for a in avals
+    return any(n.avals[i][1] in WIDE_DTYPES for n, i in inputs) or any(
+        a is not None and a[1] in WIDE_DTYPES for a in avals
     )
 
 

@@ -102,12 +102,40 @@ class LazyTensor(torch.Tensor):
     def numpy(self, *, force: bool = False) -> Any:
         return self.detach().cpu().numpy()
 
+    # Dynamo (``torch.compile``) sees a lazy tensor as a traceable wrapper subclass with no
+    # inner tensors; its fake is a plain ``FakeTensor`` on the ``xla`` device (as torch_xla's
+    # tensors are), so the graphs Dynamo and AOTAutograd trace hold plain tensors
+    # (``docs/compile.md``).
     def __tensor_flatten__(self) -> tuple[list[str], Any]:
-        return [], None
+        return [], self.dtype
 
     @staticmethod
     def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> Any:
-        raise NotImplementedError("xlacache.lazy tensors cannot be rebuilt from inner tensors")
+        mode = torch._guards.detect_fake_mode() if not inner else None
+        if mode is None:
+            raise NotImplementedError("xlacache.lazy tensors cannot be rebuilt from inner tensors")
+        with mode:
+            return torch.empty_strided(size, stride, dtype=ctx, device=DEVICE)
+
+    def _is_view(self) -> bool:
+        # Dynamo fakes a view from its base by replaying the view with the base's strides;
+        # lazy tensors report contiguous strides, so while Dynamo traces a lazy view is given
+        # as a tensor of its own (an in-place update of it still reaches its base: AOTAutograd
+        # applies it to this tensor, whose lazy view tracking writes it through)
+        if torch._guards.TracingContext.try_get() is not None:
+            return False
+        return super()._is_view()
+
+    def __coerce_same_metadata_as_tangent__(self, meta: Any, expected: Any = None) -> Any:
+        """AOTAutograd traced the backward with plain tensors: a lazy tangent passes as one
+        (the same state, in a wrapper that does not claim the subclass protocol)."""
+        if meta is not None or expected not in (None, torch.Tensor):
+            return None
+        r = torch.Tensor._make_wrapper_subclass(
+            PlainLazyTensor, self.shape, dtype=self.dtype, device=DEVICE
+        )
+        r._c = self._c
+        return r
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         text = repr(self.detach().cpu())
@@ -165,6 +193,19 @@ class LazyTensor(torch.Tensor):
                 s.trace_ns += _now() - t0
                 s.traced_ops += 1
                 s.depth = 0
+
+
+class _NoAttribute:
+    def __get__(self, obj: Any, owner: Any) -> Any:
+        raise AttributeError("not a traceable wrapper subclass")
+
+
+class PlainLazyTensor(LazyTensor):
+    """A lazy tensor that AOTAutograd's runtime treats as a plain tensor (a backward's
+    tangent); it shares the state of the tensor it was made from."""
+
+    __tensor_flatten__ = _NoAttribute()  # type: ignore[assignment]
+    __tensor_unflatten__ = _NoAttribute()  # type: ignore[assignment]
 
 
 # Tracing a step allocates tens of thousands of objects that live until the barrier (nodes,

@@ -108,7 +108,7 @@ def _upsample_bwd(kind: str, nd: int, g: Any, out_size: Any, in_size: Any, *rest
     return _apply_t(g, mats)
 
 
-for _kind, _nd, _op in [
+for _kind, _nd, op_info in [
     ("nearest", 1, aten.upsample_nearest1d_backward.default),
     ("nearest", 2, aten.upsample_nearest2d_backward.default),
     ("nearest", 3, aten.upsample_nearest3d_backward.default),
@@ -120,7 +120,7 @@ for _kind, _nd, _op in [
     ("linear", 3, aten.upsample_trilinear3d_backward.default),
     ("cubic", 2, aten.upsample_bicubic2d_backward.default),
 ]:
-    reg(_op)(partial(_upsample_bwd, _kind, _nd))
+    reg(op_info)(partial(_upsample_bwd, _kind, _nd))
 
 
 def _replicate_pad(x: Any, pad: Any) -> Any:

@@ -1,0 +1,322 @@
+"""torch.compile(backend="xlacache"): Dynamo graphs of lazy tensors as cached executables."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import xlacache.lazy as xl
+import xlacache.lazy.compile as xc
+from tests.conftest import run_module_json
+from tests.lazy.models import MLP
+from xlacache.lazy import metrics
+
+DEV = xl.device()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _count(name: str) -> int:
+    return metrics.counter_value(name) or 0
+
+
+def _train(model: nn.Module, fn, dev, steps: int = 3, adam: bool = True) -> list[float]:
+    params = model.parameters()
+    opt = torch.optim.AdamW(params, lr=1e-2) if adam else torch.optim.SGD(params, lr=0.1)
+    losses = []
+    for step in range(steps):
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(step)).to(dev)
+        loss = fn(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if dev != "cpu":
+            xl.sync()
+        losses.append(loss.item())
+    return losses
+
+
+def test_backend_is_registered():
+    assert "xlacache" in torch._dynamo.list_backends()
+
+
+def test_training_equals_eager():
+    torch.manual_seed(0)
+    ref = MLP()
+    model = copy.deepcopy(ref).to(DEV)
+    before = {n: _count(n) for n in ("CompiledGraph", "CompiledGraphExecute", "TracedOps")}
+    want = _train(ref, ref, "cpu")
+    got = _train(model, torch.compile(model, backend="xlacache"), DEV)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-5, atol=1e-6)
+    assert _count("CompiledGraph") - before["CompiledGraph"] == 2  # forward and backward
+    assert _count("CompiledGraphExecute") - before["CompiledGraphExecute"] == 6
+
+
+def test_steady_call_traces_no_model_op():
+    torch.manual_seed(0)
+    model = MLP().to(DEV)
+    fn = torch.compile(model, backend="xlacache")
+    x = torch.randn(4, 16).to(DEV)
+    xl.sync()
+    with torch.no_grad():
+        fn(x)
+        xl.sync()  # flushes the trace counter
+        before = _count("TracedOps")
+        out = fn(x)
+        xl.sync()
+    assert _count("TracedOps") == before  # the forward ran as one executable
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(out.cpu(), want.cpu())
+
+
+class _Breaks(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.a(x))
+        torch._dynamo.graph_break()
+        return self.b(h * 2)
+
+
+def test_graph_break_equals_eager_and_is_counted():
+    torch.manual_seed(0)
+    ref = _Breaks()
+    model = copy.deepcopy(ref).to(DEV)
+    want = _train(ref, ref, "cpu")
+    got = _train(model, torch.compile(model, backend="xlacache"), DEV)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    report = xc.report()
+    assert report["DynamoGraphBreak"] >= 1
+    assert "DynamoGraphBreak" in xl.metrics_report()
+
+
+def test_recompile_on_new_shape():
+    torch.manual_seed(0)
+    model = MLP().to(DEV)
+    fn = torch.compile(model, backend="xlacache", dynamic=False)
+    before = _count("CompiledGraph")
+    for n in (4, 6):
+        x = torch.randn(n, 16)
+        with torch.no_grad():
+            got = fn(x.to(DEV)).cpu()
+            want = model(x.to(DEV)).cpu()
+        torch.testing.assert_close(got, want)
+    assert _count("CompiledGraph") - before == 2
+    assert any("size" in r or "shape" in r for r in xc.report()["recompile_reasons"])
+
+
+def test_buffer_mutation_equals_eager():
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8))
+    model = copy.deepcopy(ref).to(DEV)
+    # SGD: Adam's normalized steps would amplify float noise in the tiny gradients
+    want = _train(ref, ref, "cpu", adam=False)
+    got = _train(model, torch.compile(model, backend="xlacache"), DEV, adam=False)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(model[1].running_mean.cpu(), ref[1].running_mean)
+    assert model[1].num_batches_tracked.item() == 3
+
+
+def test_unsupported_op_runs_lazily():
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.dropout(x * 2, p=0.5, training=True) + 1
+
+    before = _count("CompiledGraphFallback")
+    x = torch.ones(64, 64)
+    out = torch.compile(fn, backend="xlacache")(x.to(DEV)).cpu()
+    assert _count("CompiledGraphFallback") > before
+    assert xc.report()["fallback_reasons"][-1].startswith("inference:")
+    kept = out[out != 1]  # dropout keeps x * 2 scaled by 1 / (1 - p), or drops it
+    assert torch.all(kept == 5) and 0 < kept.numel() < out.numel()
+
+
+def test_cpu_tensor_in_a_device_call_is_a_clear_error():
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x + y
+
+    with pytest.raises(Exception, match="device mismatch|not an XLA tensor"):
+        torch.compile(fn, backend="xlacache")(torch.ones(3, 3).to(DEV), torch.ones(3, 3)).cpu()
+
+
+OPS = [
+    "add",
+    "mul",
+    "sub",
+    "div.no_rounding_mode",
+    "exp",
+    "tanh",
+    "sigmoid",
+    "sum",
+    "mean",
+    "softmax",
+    "nn.functional.layer_norm",
+    "nn.functional.gelu",
+    "matmul",
+    "cat",
+    "where",
+    "clamp",
+]
+
+
+def test_opinfo_forward_samples_compiled():
+    from tests.lazy.opinfo import _samples, compare, ops_by_id
+
+    ops = ops_by_id()
+    wrong, ran = [], 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in OPS:
+            op = ops[name]
+            for s in list(_samples(op, "float32", 3)):
+                torch._dynamo.reset()
+                want = op(s.input, *s.args, **s.kwargs)
+                dev_args = torch.utils._pytree.tree_map(
+                    lambda t: t.to(DEV) if isinstance(t, torch.Tensor) else t,
+                    (s.input, s.args, s.kwargs),
+                )
+                before = _count("CompiledGraphExecute")
+                fn = torch.compile(lambda i, a, k, op=op: op(i, *a, **k), backend="xlacache")
+                got = torch.utils._pytree.tree_map(
+                    lambda t: t.cpu() if isinstance(t, torch.Tensor) else t, fn(*dev_args)
+                )
+                ran += _count("CompiledGraphExecute") > before
+                try:
+                    compare(got, want)
+                except AssertionError as e:
+                    wrong.append(f"{name}: {e}")
+    assert wrong == []
+    assert ran >= len(OPS)
+
+
+@pytest.mark.slow
+def test_fresh_process_loads_without_lowering(tmp_path):
+    cold = run_module_json("tests.lazy._compile_child", str(tmp_path / "cache"))
+    warm = run_module_json("tests.lazy._compile_child", str(tmp_path / "cache"))
+    assert cold["report"]["CompiledGraphLowering"] == 2
+    assert warm["report"]["CompiledGraphLowering"] == 0
+    assert warm["report"]["CompiledGraphAliasHit"] == 2
+    assert warm["losses"] == cold["losses"]
+
+
+def test_view_input_mutated_in_place_reaches_its_base():
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)
+        return x + 1
+
+    base = torch.arange(8.0).reshape(2, 4)
+    lazy_base = base.to(DEV)
+    out = torch.compile(fn, backend="xlacache")(lazy_base[:, 1:3])
+    want = fn(base[:, 1:3])
+    torch.testing.assert_close(out.cpu(), want)
+    torch.testing.assert_close(lazy_base.cpu(), base)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gpt2", "t5", "resnet"])
+def test_tiny_hf_model_trains_as_eager(name):
+    from tests.lazy import hf_models as H
+
+    def run(device: torch.device, compiled: bool) -> list[float]:
+        model = H.build(name).to(device)
+        fn = torch.compile(model, backend="xlacache") if compiled else model
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        losses = []
+        for step in range(3):
+            inputs = {k: v.to(device) for k, v in H.batch(name, step).items()}
+            loss = fn(**inputs).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            if device.type == "xla":
+                xl.sync()
+            losses.append(loss.item())
+        return losses
+
+    before = _count("CompiledGraph")
+    got = run(DEV, True)
+    torch.testing.assert_close(got, run(torch.device("cpu"), False), rtol=1e-4, atol=0)
+    assert _count("CompiledGraph") - before >= 2
+
+
+def test_a_lowering_that_fails_falls_back_to_lazy(monkeypatch):
+    from xlacache.lazy.compile import lower
+
+    def broken(dst, src, non_blocking=False):
+        raise ValueError("broken on purpose")
+
+    monkeypatch.setitem(lower._LOCAL, torch.ops.aten.copy.default, broken)
+
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = torch.zeros_like(x)
+        z.copy_(y)
+        return z * 2 + x
+
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    before = _count("CompiledGraphFallback")
+    with pytest.warns(UserWarning, match="runs lazily: .*broken on purpose"):
+        got = torch.compile(fn, backend="xlacache")(x.to(DEV), y.to(DEV)).cpu()
+    torch.testing.assert_close(got, fn(x, y))
+    assert _count("CompiledGraphFallback") == before + 1
+
+
+def test_a_tensor_and_its_view_as_inputs_run_lazily_and_exactly():
+    def fn(base: torch.Tensor, view: torch.Tensor) -> torch.Tensor:
+        view.mul_(2)
+        return base + 0
+
+    base = torch.arange(8.0).reshape(2, 4)
+    lazy_base = base.to(DEV)
+    before = _count("CompiledGraphFallback")
+    got = torch.compile(fn, backend="xlacache")(lazy_base, lazy_base[:, 1:3]).cpu()
+    torch.testing.assert_close(got, fn(base, base[:, 1:3]))
+    assert _count("CompiledGraphFallback") == before + 1
+
+
+def test_compiled_optimizer_step_runs_lazily_and_equals_eager():
+    torch.manual_seed(0)
+    ref = nn.Linear(8, 4)
+    model = copy.deepcopy(ref).to(DEV)
+    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    step = torch.compile(opt.step, backend="xlacache")
+    for _ in range(2):
+        x = torch.randn(4, 8)
+        ref(x).square().mean().backward()
+        opt_ref.step()
+        opt_ref.zero_grad()
+        model(x.to(DEV)).square().mean().backward()
+        step()
+        opt.zero_grad()
+        xl.sync()
+    torch.testing.assert_close(model.weight.cpu(), ref.weight.detach(), rtol=1e-5, atol=1e-6)
+    assert "lazy tensors held by the graph as attributes" in xc.report()["fallback_reasons"]
+
+
+def test_views_of_one_tensor_as_inputs_compile_when_nothing_is_updated():
+    def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return x * y
+
+    batch = torch.arange(10.0).reshape(2, 5)
+    lazy = batch.to(DEV)
+    before = _count("CompiledGraphFallback"), _count("CompiledGraphExecute")
+    got = torch.compile(fn, backend="xlacache")(lazy[:, :-1], lazy[:, 1:]).cpu()
+    torch.testing.assert_close(got, fn(batch[:, :-1], batch[:, 1:]))
+    assert (_count("CompiledGraphFallback"), _count("CompiledGraphExecute")) == (
+        before[0],
+        before[1] + 1,
+    )
