@@ -1,4 +1,4 @@
-"""Tripwires: one per JAX internal the cache uses (`jax_bridge.INTERNALS`).
+"""Tripwires: one per JAX internal the cache uses (`jax_internals.INTERNALS`).
 
 Each fails naming the JAX version and what moved, so a JAX upgrade that breaks the cache
 says where before any program runs (supported: docs/compat.md).
@@ -7,20 +7,20 @@ says where before any program runs (supported: docs/compat.md).
 import jax
 import pytest
 
-from xlacache import jax_bridge
+from xlacache import jax_bridge, jax_internals
 from xlacache._version import JAX_MIN, LAZY_MIN_JAX, jax_too_old
 
 
-@pytest.mark.parametrize("internal", jax_bridge.INTERNALS, ids=lambda i: i.name)
+@pytest.mark.parametrize("internal", jax_internals.INTERNALS, ids=lambda i: i.name)
 def test_internal_is_there_with_the_parameters_we_bind(internal):
     problem = internal.problem()
     assert problem is None, f"jax {jax.__version__}, jaxlib {jax.lib.__version__}: {problem}"
 
 
 def test_a_missing_parameter_or_internal_is_named():
-    gone = jax_bridge.Internal("jax._src.compiler", "compile_or_get_cached", ("no_such",))
+    gone = jax_internals.Internal("jax._src.compiler", "compile_or_get_cached", ("no_such",))
     assert "lacking ['no_such']" in gone.problem()
-    assert "is gone" in jax_bridge.Internal("jax._src.compiler", "no_such_thing").problem()
+    assert "is gone" in jax_internals.Internal("jax._src.compiler", "no_such_thing").problem()
 
 
 def test_pxla_calls_compile_or_get_cached_through_the_module():

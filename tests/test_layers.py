@@ -35,6 +35,7 @@ LAYERS = {
     "bundle": 5,
     "server": 5,
     "jax_bridge": 6,
+    "jax_internals": 0,
     "assemble": 6,
     "api": 7,
     "jax_programs": 7,
