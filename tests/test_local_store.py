@@ -415,7 +415,8 @@ def test_a_cache_stats_names_every_figure_it_counts():
         node.args[0].value
         for node in ast.walk(ast.parse(inspect.getsource(cache_mod)))
         if isinstance(node, ast.Call)
-        and getattr(node.func, "attr", "") == "_count"
+        and getattr(node.func, "attr", "") == "add"
+        and getattr(getattr(node.func, "value", None), "attr", "") == "_tally"
         and isinstance(node.args[0], ast.Constant)
     }
     assert counted and counted == set(cache_mod._OWN_FIGURES)

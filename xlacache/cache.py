@@ -16,7 +16,6 @@ import enum
 import json
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -106,8 +105,7 @@ class CompilationCache:
         self._writers = WriterWatch(single_flight.writer_grace) if single_flight else None
         self._prefetcher = Prefetcher(store, self.readonly, trusted)
         self._remote_only = self._prefetcher.local is None  # hits come from a shared store
-        self._figures: Counter[str] = Counter()
-        self._figures_lock = threading.Lock()
+        self._tally = counters.Tally(_OWN_FIGURES)
         self._recorder = self._job_recorder()
         self._rejected: dict[str, str] = {}  # key -> why JAX's loader rejected its entry
 
@@ -115,21 +113,12 @@ class CompilationCache:
         """What this cache counted: hits, misses, writes, bytes, compile and load seconds,
         alias and prefetch hits (every name of `counters.FIELDS` it counts; zero until
         counted); `reset` starts its figures again from zero (`xlacache.stats()` keeps them)."""
-        with self._figures_lock:
-            figures = {name: self._figures.get(name, 0) for name in _OWN_FIGURES}
-            if reset:
-                self._figures.clear()
-        return figures
-
-    def _count(self, name: str, amount: float = 1) -> None:
-        with self._figures_lock:
-            self._figures[name] += amount
-        counters.add(name, amount)
+        return self._tally.snapshot(reset)
 
     def _count_hit(self, header: entry.Header, load_seconds: float) -> None:
-        self._count("hits")
-        self._count("load_seconds", load_seconds)
-        self._count("compile_seconds_saved", header.compile_seconds - load_seconds)
+        self._tally.add("hits")
+        self._tally.add("load_seconds", load_seconds)
+        self._tally.add("compile_seconds_saved", header.compile_seconds - load_seconds)
 
     def get_or_compile(
         self,
@@ -180,13 +169,13 @@ class CompilationCache:
             return Compiled(found.value, Outcome.HIT)
         rejected = self._rejected.pop(key, None)
         try:
-            self._count("misses")
+            self._tally.add("misses")
             if self.explainer is not None and identity is not None:
                 self.explainer.on_miss(identity, rejected=rejected)
             start = time.perf_counter()
             result = compile()
             seconds = time.perf_counter() - start
-            self._count("compile_seconds", seconds)
+            self._tally.add("compile_seconds", seconds)
             outcome = Outcome.COMPILED
             keep = not self.readonly and seconds >= self.min_compile_seconds
             if keep and rejected is not None:
@@ -216,7 +205,7 @@ class CompilationCache:
         label = entry.ALIAS_LABEL_PREFIX + label
         stored = self.save(alias, lambda: payload, 0.0, label, platform, dict(entry.ALIAS_CONTEXT))
         if stored:
-            self._count("alias_writes")
+            self._tally.add("alias_writes")
         return stored
 
     def resolve_alias(
@@ -237,16 +226,16 @@ class CompilationCache:
         """
         record = self._read_alias(alias)
         if record is None:
-            self._count("alias_misses")
+            self._tally.add("alias_misses")
             return None
         key = record.get("target")
         if not (isinstance(key, str) and is_valid_key(key)):
-            self._count("alias_misses")
+            self._tally.add("alias_misses")
             return None
         taken = self._prefetcher.take(key)
         found = self._checked(taken.fetched.found).value if taken else self.lookup(key)
         if found is None:  # the target was pruned (or failed)
-            self._count("alias_misses")
+            self._tally.add("alias_misses")
             return None
         try:
             accept(record, found.header)
@@ -264,7 +253,7 @@ class CompilationCache:
                     "corrupt" if isinstance(exc, CacheError) else "load_rejected", exc
                 )
                 self.discard(key)
-                self._count("alias_misses")
+                self._tally.add("alias_misses")
                 return None
         try:
             verify(result)
@@ -272,10 +261,10 @@ class CompilationCache:
             return self._bad_alias(alias, exc)
         self._count_hit(found.header, time.perf_counter() - start)
         if prefetched:
-            self._count("prefetch_hits")
+            self._tally.add("prefetch_hits")
         if taken is not None:
             self._count_fetched(taken.fetched)
-        self._count("alias_hits")
+        self._tally.add("alias_hits")
         self._note_use(key)
         return result
 
@@ -296,7 +285,7 @@ class CompilationCache:
 
     def _bad_alias(self, alias: str, exc: BaseException) -> None:
         counters.record_error("alias", exc)
-        self._count("alias_misses")
+        self._tally.add("alias_misses")
         self.discard(alias)
 
     def _take_prefetched(
@@ -310,7 +299,7 @@ class CompilationCache:
             return None
         header = taken.fetched.found.header
         if taken.value is not None and header.context == context:
-            self._count("prefetch_hits")
+            self._tally.add("prefetch_hits")
             self._count_hit(header, time.perf_counter() - start)
             found = Lookup(Found.LOADED, taken.value, header.created)
         else:
@@ -323,9 +312,9 @@ class CompilationCache:
 
     def _count_fetched(self, fetched: Fetched) -> None:
         """A prefetched entry a request took: now it is a read, and a use."""
-        self._count("bytes_read", len(fetched.blob))
+        self._tally.add("bytes_read", len(fetched.blob))
         if fetched.remote:
-            self._count("remote_hits")
+            self._tally.add("remote_hits")
         try:
             fetched.source.record_hit(fetched.key)
         except Exception as exc:  # noqa: BLE001
@@ -436,9 +425,9 @@ class CompilationCache:
             blob = self.store.get(key)
             if blob is None:
                 return Lookup(Found.ABSENT)
-            self._count("bytes_read", len(blob))
+            self._tally.add("bytes_read", len(blob))
             if self._remote_only:
-                self._count("remote_hits")
+                self._tally.add("remote_hits")
             found = entry.decode(blob, key, check_body=False)  # the store verified it
         except Exception as exc:  # noqa: BLE001 - every cache failure is a miss
             counters.record_error(kind_of(exc), exc)
@@ -486,8 +475,8 @@ class CompilationCache:
         except Exception as exc:  # noqa: BLE001
             counters.record_error(kind_of(exc), exc)
             return False
-        self._count("writes")
-        self._count("bytes_written", len(blob))
+        self._tally.add("writes")
+        self._tally.add("bytes_written", len(blob))
         return True
 
     def _identity_fields(self, identity: Identity | None) -> dict:

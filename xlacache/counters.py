@@ -102,3 +102,25 @@ def reset() -> None:
         _errors.clear()
         _miss_reasons.clear()
         _warned.clear()
+
+
+class Tally:
+    """One object's own figures (a cache's `stats()`), each also counted process-wide."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self._figures: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, name: str, amount: float = 1) -> None:
+        with self._lock:
+            self._figures[name] += amount
+        add(name, amount)
+
+    def snapshot(self, reset: bool = False) -> dict[str, float]:
+        """Every name (zero until counted); `reset` starts again from zero."""
+        with self._lock:
+            figures = {name: self._figures.get(name, 0) for name in self.names}
+            if reset:
+                self._figures.clear()
+        return figures
