@@ -88,7 +88,7 @@ def gpt_child(mode: str, size: dict, steps: int, cache: str) -> dict:
     out = {"mode": mode, "first_two_steps_s": two, "losses": losses}
     out["steady_step_s"] = statistics.median(times[2:])
     if xl is not None:
-        import xlacache.lazy.compile as xc
+        import xlacache.lazy.dynamo as xc
 
         out["report"] = {k: v for k, v in xc.report().items() if not isinstance(v, list)}
     return out

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from tests.cli_helpers import assert_one_line_error, run, run_json
+from tests.cli_helpers import assert_one_line_error, cli_json, run
 from tests.conftest import make_blob, make_key
 from tests.server.srvutil import start_server
 from xlacache.stores import open_store
@@ -67,24 +67,24 @@ def test_prune_stale_lists_then_removes_what_this_jaxlib_cannot_load(filled):
     stale = {make_key(n) for n in STALE}
     current = set(sizes) - stale
 
-    stats = run_json("stats", url)
+    stats = cli_json("stats", url)
     assert stats["by_jaxlib"][0] == {
         "jaxlib": current_jaxlib(), "entries": 3, "bytes": sum(sizes[k] for k in current)
     }  # fmt: skip
     assert stats["by_jaxlib"][1]["jaxlib"] in (OLD, "")  # gs: one object without metadata
     assert sum(v["entries"] for v in stats["by_jaxlib"]) == 5
 
-    dry = run_json("prune", url, "--stale", "--dry-run")
+    dry = cli_json("prune", url, "--stale", "--dry-run")
     assert {e["key"] for e in dry["removed"]} == stale and dry["dry_run"]
     assert dry["bytes"] == sum(sizes[k] for k in stale)
     table = run("prune", url, "--stale", "--dry-run")
     assert table.exit_code == 0 and "would remove 2 entries" in table.stdout
-    assert run_json("stats", url)["entries"] == 5  # a dry run removes nothing
+    assert cli_json("stats", url)["entries"] == 5  # a dry run removes nothing
 
-    done = run_json("prune", url, "--stale")
+    done = cli_json("prune", url, "--stale")
     assert {e["key"] for e in done["removed"]} == stale
-    assert {e["key"] for e in run_json("inspect", url)["entries"]} == current
-    assert run_json("prune", url, "--stale")["count"] == 0
+    assert {e["key"] for e in cli_json("inspect", url)["entries"]} == current
+    assert cli_json("prune", url, "--stale")["count"] == 0
 
 
 def test_prune_needs_something_to_prune_by(tmp_path):

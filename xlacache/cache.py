@@ -58,7 +58,7 @@ class Compiled(NamedTuple):
 
 
 _REJECTED = (
-    "xlacache: JAX's loader rejected {what} ({exc}); compiling it and replacing the entry. "
+    "xlacache: JAX's loader rejected {what} ({exc}); compiling it{fix}. "
     "Further rejections are counted in xlacache.stats()['errors']['load_rejected']."
 )
 
@@ -337,7 +337,13 @@ class CompilationCache:
             return FAILED
         except Exception as exc:  # noqa: BLE001 - JAX's loader rejected a verified entry
             what = f"the stored executable of {found.header.label or '?'} {key[:12]}"
-            counters.record_error("load_rejected", exc, _REJECTED.format(what=what, exc=exc))
+            fix = (
+                ", not replacing the entry (read-only)"
+                if self.readonly
+                else " and replacing the entry"
+            )
+            warning = _REJECTED.format(what=what, exc=exc, fix=fix)
+            counters.record_error("load_rejected", exc, warning)
             self._rejected[key] = " ".join(str(exc).split())[:300]
             return FAILED
         self._count_hit(found.header, time.perf_counter() - start)

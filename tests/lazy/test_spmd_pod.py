@@ -141,8 +141,9 @@ def test_gpt_tensor_x_data_parallel_over_two_processes_compiles_once_per_pod(pod
         torch.testing.assert_close(
             torch.tensor(r["losses"]), torch.tensor(losses), rtol=1e-5, atol=0
         )
-        for name, value in params.items():
-            torch.testing.assert_close(r["params"][name], value, rtol=1e-5, atol=1e-6)
+        for name, value in params.items():  # sharded matmuls sum in another order, and
+            # AdamW divides by sqrt(v): rounding differences of a few 1e-6 (seen 3.3e-6)
+            torch.testing.assert_close(r["params"][name], value, rtol=1e-5, atol=1e-5)
     assert writer["losses"] == reader["losses"]
     # rank 0 compiled every program (first step, steady step, the gathers of the sharded
     # weights it read back); rank 1 loaded each of them and wrote nothing

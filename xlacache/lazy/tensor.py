@@ -62,6 +62,7 @@ def _fwd(name: str) -> property:
 
 
 _now = time.perf_counter_ns
+_set_eval_frame = torch._C._dynamo.eval_frame.set_eval_frame
 
 
 def install_dispatcher(fn: Callable[[Any, tuple, dict], Any]) -> None:
@@ -187,9 +188,13 @@ class LazyTensor(torch.Tensor):
             if s.gc_deferred is None and _GC_DEFER:
                 _defer_gc()
             t0 = _now()
+            # the runtime's Python (and JAX's) runs as it is, never as frames for Dynamo to
+            # compile: after a graph break, eager code reaches here with Dynamo's hook set
+            dynamo = _set_eval_frame(None)
             try:
                 return s.dispatcher(func, args, kwargs or {})
             finally:
+                _set_eval_frame(dynamo)
                 s.trace_ns += _now() - t0
                 s.traced_ops += 1
                 s.depth = 0

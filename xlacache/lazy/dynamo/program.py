@@ -82,7 +82,7 @@ class LazyGraph:
 def _mixed(i: int, x: Any) -> RuntimeError:
     what = f"{x.device} tensor of shape {list(x.shape)}" if isinstance(x, torch.Tensor) else x
     return RuntimeError(
-        f"xlacache.lazy.compile: input {i} of a compiled graph is a {what}, not an xla tensor; "
+        f"xlacache.lazy.dynamo: input {i} of a compiled graph is a {what}, not an xla tensor; "
         "move it with .to(xl.device())"
     )
 
@@ -105,7 +105,7 @@ class CompiledGraph:
         vals = [o.meta["val"] for o in outs if o is not None and o.op != "placeholder"]
         self.metas = [torch.empty(tuple(v.shape), dtype=v.dtype, device="meta") for v in vals]
         self.out_sig = [[list(v.shape), np.dtype(jax_dtype(v.dtype)).name] for v in vals]
-        h = hashlib.blake2b(f"xlacache.lazy.compile/{FORMAT}\n".encode(), digest_size=16)
+        h = hashlib.blake2b(f"xlacache.lazy.dynamo/{FORMAT}\n".encode(), digest_size=16)
         h.update(gm.code.encode())
         for n in gm.graph.nodes:
             if n.op == "get_attr":
@@ -129,7 +129,7 @@ class CompiledGraph:
             except Exception as e:  # noqa: BLE001 - never a wrong number: run it lazily
                 self.fallback = LazyGraph(self.gm, f"{self.what}: {e}")
                 warnings.warn(
-                    f"xlacache.lazy.compile: a {self.what} graph runs lazily: {e}", stacklevel=2
+                    f"xlacache.lazy.dynamo: a {self.what} graph runs lazily: {e}", stacklevel=2
                 )
                 return self.fallback(*args)
             self.executables[spec] = exe

@@ -154,7 +154,7 @@ def build(gm: GraphModule) -> tuple[Callable[..., list], list[int | None]]:
             try:
                 res = low(*args, **kwargs)
             except Exception as e:
-                raise RuntimeError(f"xlacache.lazy.compile: lowering {name} failed: {e}") from e
+                raise RuntimeError(f"xlacache.lazy.dynamo: lowering {name} failed: {e}") from e
             if multi:
                 res = tuple(res) if isinstance(res, (tuple, list)) else (res,)
                 env[n] = tuple(conform_result(r, a, name) for r, a in zip(res, avals, strict=False))

@@ -10,7 +10,7 @@ import torch
 
 import xlacache
 import xlacache.lazy as xl
-import xlacache.lazy.compile as xc
+import xlacache.lazy.dynamo as xc
 from tests.lazy.models import MLP
 
 

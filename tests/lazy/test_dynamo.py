@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import xlacache.lazy as xl
-import xlacache.lazy.compile as xc
+import xlacache.lazy.dynamo as xc
 from tests.conftest import run_module_json
 from tests.lazy.models import MLP
 from xlacache.lazy import metrics
@@ -205,8 +205,8 @@ def test_opinfo_forward_samples_compiled():
 
 @pytest.mark.slow
 def test_fresh_process_loads_without_lowering(tmp_path):
-    cold = run_module_json("tests.lazy._compile_child", str(tmp_path / "cache"))
-    warm = run_module_json("tests.lazy._compile_child", str(tmp_path / "cache"))
+    cold = run_module_json("tests.lazy._dynamo_child", str(tmp_path / "cache"))
+    warm = run_module_json("tests.lazy._dynamo_child", str(tmp_path / "cache"))
     assert cold["report"]["CompiledGraphLowering"] == 2
     assert warm["report"]["CompiledGraphLowering"] == 0
     assert warm["report"]["CompiledGraphAliasHit"] == 2
@@ -254,7 +254,7 @@ def test_tiny_hf_model_trains_as_eager(name):
 
 
 def test_a_lowering_that_fails_falls_back_to_lazy(monkeypatch):
-    from xlacache.lazy.compile import lower
+    from xlacache.lazy.dynamo import lower
 
     def broken(dst, src, non_blocking=False):
         raise ValueError("broken on purpose")

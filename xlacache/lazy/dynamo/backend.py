@@ -10,6 +10,7 @@ with its reason). A graph break leaves the code between graphs to run as usual: 
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +28,24 @@ aten = torch.ops.aten
 _DECOMPOSITIONS: dict[Any, Any] = {}
 # our graphs take their inputs boxed or not; AOTAutograd cannot see it through Dynamo's wrapper
 warnings.filterwarnings("ignore", message="Your compiler for AOTAutograd is returning a function")
+
+
+def _run_runtime_as_is() -> None:
+    """Dynamo never traces the lazy runtime's own code. After a graph break Python runs the
+    rest eagerly, and its ops enter the runtime through ``__torch_dispatch__``: Dynamo would
+    otherwise try to compile those frames (a lazy tensor's construction, tracing, execution)
+    as user code. The public functions of ``xlacache.lazy`` itself stay inlinable."""
+    from torch._dynamo import trace_rules
+
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted(root.iterdir()):
+        if path.name == "__init__.py" or path.name.startswith((".", "__")):
+            continue
+        if path.suffix == ".py" or (path / "__init__.py").exists():
+            trace_rules.add(f"xlacache.lazy.{path.stem}")
+
+
+_run_runtime_as_is()
 
 
 def decompositions() -> dict[Any, Any]:
