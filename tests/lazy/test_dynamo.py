@@ -105,6 +105,24 @@ def test_graph_break_equals_eager_and_is_counted():
     assert "DynamoGraphBreak" in xl.metrics_report()
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.nonzero(x > 0) * 2,  # a data-dependent shape: Dynamo breaks the graph
+        lambda x: (x + 1) if torch.allclose(x, x * 1.0) else x,  # a Python bool from a tensor
+        lambda x: torch.unique(x.round()).sum() + x.mean(),
+    ],
+    ids=["nonzero", "allclose", "unique"],
+)
+def test_data_dependent_ops_break_the_graph_and_equal_eager(fn):
+    """After such a break Python runs the op eagerly on lazy tensors: the runtime's own
+    frames must run as they are, not be compiled by Dynamo as user code."""
+    torch._dynamo.reset()
+    x = torch.randn(5, 4)
+    got = torch.compile(fn, backend="xlacache")(x.to(DEV))
+    torch.testing.assert_close(got.cpu(), fn(x))
+
+
 def test_recompile_on_new_shape():
     torch.manual_seed(0)
     model = MLP().to(DEV)
