@@ -36,7 +36,17 @@ TESTS = (
     "test_load_rejected.py",
     "server/test_jax_remote.py",  # JAX programs through a real `xlacache serve`
 )
-HELPERS = ("conftest.py", "test_local_store.py", "server/conftest.py", "server/srvutil.py")
+# every helper module of tests/ and tests/server/ (what the tests import), and one test
+# module the JAX-side tests import from
+HELPERS = (
+    *sorted(
+        str(p.relative_to(ROOT / "tests"))
+        for folder in ("", "server")
+        for p in (ROOT / "tests" / folder).glob("*.py")
+        if not p.name.startswith("test_")
+    ),
+    "test_local_store.py",
+)
 STEP_TIMEOUT = 900
 
 # A small MLP trained for three steps: every loss and the final weights, exactly.
