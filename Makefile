@@ -23,7 +23,7 @@ demo: venv
 
 test: venv
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n 2 --dist loadgroup -q
+	$(PY) -m pytest -n 3 --dist loadgroup -q
 
 # The inner loop: every test not marked slow (marks set by measured time, --durations=0).
 test-fast: venv
