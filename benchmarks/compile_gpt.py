@@ -28,10 +28,11 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+from lazy_gpt import run_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BIG = {"layers": 12, "d": 512, "heads": 8, "seq": 128, "batch": 4, "vocab": 1024}
@@ -143,12 +144,7 @@ def _graphs(metrics: object) -> int:
 
 
 def spawn(args: list[str], env: dict | None = None) -> dict:
-    cmd = [sys.executable, __file__, *args]
-    full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=full, check=False)
-    if out.returncode:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json([sys.executable, __file__, *args], env)
 
 
 def main() -> None:

@@ -30,13 +30,17 @@ SMALL = ["--layers", "2", "--d", "64", "--heads", "4", "--seq", "32", "--batch",
 SMALL += ["--vocab", "128"]
 
 
-def run(extra: list[str]) -> dict:
-    cmd = [sys.executable, str(ROOT / "examples" / "gpt.py"), "--json", *extra]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+def run_json(cmd: list[str], env: dict | None = None) -> dict:
+    """Run one measuring process (the project on its path); its last stdout line is JSON."""
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    out = subprocess.run(cmd, capture_output=True, text=True, env=full, check=False)
     if out.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(extra: list[str]) -> dict:
+    return run_json([sys.executable, str(ROOT / "examples" / "gpt.py"), "--json", *extra])
 
 
 def main() -> None:
