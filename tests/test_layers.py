@@ -18,7 +18,7 @@ LAYERS = {
     "_version": 0,
     "_proto": 0,
     "errors": 0,
-    "counters": 0,
+    "counters": 1,
     "rates": 0,
     "units": 1,
     "entry": 1,

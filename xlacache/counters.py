@@ -7,9 +7,12 @@ flooding the training log.
 
 from __future__ import annotations
 
+import os
 import threading
 import warnings
 from collections import Counter
+
+from xlacache.errors import StrictModeError
 
 
 class CacheWarning(UserWarning):
@@ -77,6 +80,18 @@ def record_error(kind: str, exc: BaseException | str, message: str | None = None
             CacheWarning,
             stacklevel=3,
         )
+
+
+def strict_mode() -> bool:
+    """Whether fallbacks raise instead of hiding exceptions (``XLACACHE_STRICT=1``)."""
+    return os.environ.get("XLACACHE_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hidden(where: str, exc: BaseException) -> None:
+    """Call where a fallback is about to hide `exc` (lazy running instead of compiling, a
+    skipped prefetch, a dropped record...): raises StrictModeError in strict mode."""
+    if strict_mode():
+        raise StrictModeError(where, exc) from exc
 
 
 def count_miss_reason(reason: str) -> None:

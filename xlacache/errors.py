@@ -136,6 +136,19 @@ class UntrustedEntryError(CacheError):
         return cls(message, detail if detail in cls.REASONS else "unknown")
 
 
+class StrictModeError(RuntimeError):
+    """Strict mode (``XLACACHE_STRICT=1``): a fallback would have hidden this exception.
+
+    `where` names the fallback (``"prefetch"``, ``"dynamo.lowering"``, a counter kind...);
+    the hidden exception is the ``__cause__``. Deliberately not a CacheError: nothing
+    absorbs it.
+    """
+
+    def __init__(self, where: str, exc: BaseException) -> None:
+        super().__init__(f"{where}: {type(exc).__name__}: {exc} (strict mode: XLACACHE_STRICT)")
+        self.where = where
+
+
 # errno values of an OSError and the kind each is filed under; the rest are "io".
 _OS_KINDS = {
     errno.ENOSPC: "disk_full",
