@@ -67,6 +67,9 @@ SERVER_SETTINGS: tuple[Setting, ...] = (
     _serve("tls_client_ca", FILE, None, "Require client certificates signed by this CA (mTLS)."),
     _serve("tokens", FILE, None, "Token file: lines of 'ROLE TOKEN [NAME]' "
            "(read|write|admin|metrics; tokens of 16+ characters); none: the server is open."),
+    _serve("token_check_interval", DURATION, 2.0, "How often the token file is read for "
+           "changes: a changed file is reloaded at once, a malformed one keeps the tokens "
+           "loaded before (0: only on SIGHUP, which always reloads)."),
     _serve("require_signed_by", KEYS, None, "Accept only uploads signed by one of these keys "
            "(comma-separated key texts or files, as XLACACHE_TRUSTED_KEYS); others get "
            "PERMISSION_DENIED."),
