@@ -16,13 +16,15 @@ from collections.abc import Mapping
 
 from xlacache.config import SETTINGS, warn_once
 from xlacache.lazy_settings import LAZY_SETTINGS
-from xlacache.server.config import CONFIG_VARIABLE, SERVER_SETTINGS
 
 PREFIX = "XLACACHE_"
 
 
 def known_variables() -> frozenset[str]:
     """Every environment variable a settings table declares (any prefix)."""
+    # Imported here: `import xlacache` stays free of the server's (and protobuf's) modules.
+    from xlacache.server.config import CONFIG_VARIABLE, SERVER_SETTINGS
+
     rows = (*SETTINGS, *SERVER_SETTINGS, *LAZY_SETTINGS)
     return frozenset(v for row in rows for v in row.variables()) | {CONFIG_VARIABLE}
 

@@ -113,3 +113,29 @@ def test_the_private_ca_recipe_of_docs_trust(tmp_path):
         assert "andshake" not in proc.stderr and "ssl_transport" not in proc.stderr, proc.stderr
     finally:
         srv.stop()
+
+
+def test_connection_errors_name_the_fix(tmp_path):
+    """grpc:// to a TLS server, grpcs:// to a mutual-TLS server without a client
+    certificate, grpcs:// to a plain server: one line each, naming what to change."""
+    pki = make_pki(tmp_path)
+    tls = ["--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key")]
+    servers = [start_server(tmp_path, *tls, "--tls-client-ca", str(pki / "ca.pem")),
+               start_server(tmp_path, store=tmp_path / "plain")]  # fmt: skip
+    mutual, plain = (f"127.0.0.1:{s.port}" for s in servers)
+    try:
+        for url, needle in [
+            (f"grpc://{mutual}", "the URL is grpcs://"),
+            (f"grpcs://{mutual}", "--tls-cert and --tls-key"),
+            (f"grpcs://{plain}", "the URL is grpc://"),
+        ]:
+            result = _cli("stats", url, "--tls-ca", str(pki / "ca.pem"))
+            lines = result.stderr.strip().splitlines()
+            assert result.returncode == 1 and len(lines) == 1, result.stderr
+            assert needle in lines[0], lines[0]
+        with_cert = ["--tls-cert", str(pki / "client.pem"), "--tls-key", str(pki / "client.key")]
+        ok = _cli("stats", f"grpcs://{mutual}", "--tls-ca", str(pki / "ca.pem"), *with_cert)
+        assert ok.returncode == 0, ok.stderr
+    finally:
+        for srv in servers:
+            srv.stop()
