@@ -319,6 +319,24 @@ def test_examples_gpt_prints_json_only_when_asked():
     assert json.loads(as_json.stdout.strip().splitlines()[-1])["mode"] == "eager"
 
 
+def test_examples_gpt_says_what_it_compiled_and_what_it_loaded():
+    """A warm run says it loaded its programs, not that it compiled 0 (issue 27, 9)."""
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        from gpt import summary
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    base = {"mode": "lazy", "loss": 4.9, "first_step_s": 1.0, "steady_step_s": 0.1,
+            "time_to_first_step_s": 2.0, "compile_s": 0.07}  # fmt: skip
+    warm = summary({**base, "compiles": 0, "persistent_hits": 2}).splitlines()[1]
+    assert warm == "loaded 2 from the persistent cache (0.07 s getting programs ready)"
+    cold = summary({**base, "compiles": 1, "persistent_hits": 0}).splitlines()[1]
+    assert cold.startswith("compiled 1 program (")
+    assert "compiled nothing and loaded nothing" in summary(
+        {**base, "compiles": 0, "persistent_hits": 0}
+    )
+
+
 def test_docs_name_no_missing_environment_variable():
     """Every XLACACHE_ variable the README names is one the code reads."""
     code = "\n".join(p.read_text() for p in (REPO / "xlacache").rglob("*.py"))

@@ -71,6 +71,9 @@ LAZY_SETTINGS: tuple[Setting, ...] = (
     _lazy("coordinator", ADDRESS, None, "XLACACHE_COORDINATOR",
           "jax.distributed's coordinator (xl.launch sets it; else MASTER_ADDR and "
           "MASTER_PORT + 1)", "docs/distributed.md"),
+    _lazy("gloo_log", BOOL, False, "XLACACHE_GLOO_LOG",
+          "show Gloo's '[Gloo] Rank N is connected to M peer ranks' lines (multi-process "
+          "jobs; off: filtered out of standard output)", "docs/distributed.md"),
     _lazy("init_timeout", TIMEOUT, 60.0, "XLACACHE_INIT_TIMEOUT",
           "every process of a job joins jax.distributed within this", "docs/distributed.md"),
     _lazy("heartbeat_timeout", TIMEOUT, 10.0, "XLACACHE_HEARTBEAT_TIMEOUT",

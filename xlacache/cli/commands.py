@@ -22,6 +22,7 @@ from xlacache.cli.common import (
     StoreCommand,
     TokenOpt,
     entries_table,
+    local_path,
     open_cache,
     plural,
     print_json,
@@ -81,6 +82,11 @@ def inspect_(
     (prefetch: the most recently used executables, oldest use first); with --json
       {"store": URL, "total": int, "prefetch": int, "bytes": int, "entries": [ENTRY, ...]}
     """
+    if would_load and local_path(path) is None:
+        raise BadInput(
+            f"--would-load reads a worker's own cache directory (what it prefetches at "
+            f"start-up); {path} is a shared store: give the worker's directory as PATH"
+        )
     with open_cache(path, readonly=True, token=token) as store:
         infos = sorted(store.list(), key=lambda i: (i.created, i.key), reverse=True)
         url = store.url

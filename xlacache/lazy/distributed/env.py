@@ -22,6 +22,7 @@ from typing import Any
 from xlacache.lazy_settings import lazy_setting
 
 from ..state import STATE
+from . import quiet
 
 AXIS = "xlacache_processes"  # the process mesh's axis name, in every collective's lowering
 
@@ -110,6 +111,7 @@ def start(job: Job) -> None:
             heartbeat_timeout_seconds=int(lazy_setting("heartbeat_timeout")),
             shutdown_timeout_seconds=int(lazy_setting("shutdown_timeout")),
         )
+        quiet.install()  # Gloo's "[Gloo] Rank N is connected" lines, unless asked for
     STATE.job = job
 
 
