@@ -277,8 +277,14 @@ def test_would_load_agrees_with_prefetch_on_a_bad_value(tmp_path):
 
 @pytest.mark.parametrize("word, value", [("false", False), ("off", False), ("No", False),
                                          ("0", False), ("on", True), ("YES", True)])  # fmt: skip
-def test_booleans_read_the_same_words_everywhere(word, value):
+def test_booleans_read_the_same_words_everywhere(word, value, monkeypatch):
+    from xlacache.lazy.compat.utils.utils import getenv_as
+    from xlacache.stores.durability import fsync_mode
+
     assert config.parse_bool(word) is value
+    assert fsync_mode(word) == ("always" if value else "off")
+    monkeypatch.setenv("SOME_FLAG", word)
+    assert getenv_as("SOME_FLAG", bool) is value
     assert config.from_env({"XLACACHE_EXPLAIN": word}).get("explain", False) is value
     assert lazy_setting("fallback", {"XLACACHE_LAZY_FALLBACK": word}) is value
     loaded = load_config({"store": "/s"}, env={"XLACACHE_SERVE_DIRECT_IO": word})
