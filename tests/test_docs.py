@@ -285,7 +285,7 @@ def test_every_flag_the_docs_quote_exists():
 
 
 # Misspellings the docs quote on purpose (what the unknown-variable warning catches).
-MISSPELLED = {"XLACACHE_LAZY_FALBACK", "XLACACHE_MAXSIZE"}
+MISSPELLED = {"XLACACHE_LAZY_FALBACK", "XLACACHE_MAXSIZE", "XLACACHE_SERVE_MAXSIZE"}
 
 
 def test_every_xlacache_variable_the_docs_quote_exists():
