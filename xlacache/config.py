@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields, make_dataclass, replace
@@ -256,10 +257,16 @@ _warned: set[str] = set()  # messages given once per process
 
 
 def warn_once(message: str) -> None:
-    """Warn about a setting, once per message and process."""
-    if message not in _warned:
-        _warned.add(message)
-        warnings.warn(message, SettingWarning, stacklevel=3)
+    """Warn about a setting, once per message and process, from the caller's line (the
+    first frame outside this package: the user's initialize_cache or import)."""
+    if message in _warned:
+        return
+    _warned.add(message)
+    package = str(Path(__file__).parent)
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, SettingWarning, stacklevel=level)
 
 
 def tolerant(rows: Iterable[Setting], read: Callable[[str], Any], where: str) -> dict:
@@ -274,8 +281,8 @@ def tolerant(rows: Iterable[Setting], read: Callable[[str], Any], where: str) ->
         except ConfigError as exc:
             counters.hidden(where, exc)
             value = row.when_invalid
-            instead = "the default" if value is None else repr(value)
-            warn_once(f"xlacache: {exc}; ignored, {row.name} is {instead}")
+            instead = "keeps its default" if value is None else f"is {value!r} (the safe side)"
+            warn_once(f"xlacache: {exc} (ignored: {row.name} {instead})")
         if value is not None:
             values[row.name] = value
     return values
