@@ -317,6 +317,17 @@ def test_compat_md_names_the_tests_make_compat_runs():
     assert set(re.findall(r"`((?:server/)?test_\w+\.py)`", text)) == set(compat.TESTS)
 
 
+def test_make_venv_says_what_each_step_does():
+    """`make venv` is no silent minute: each install is announced first (issue 27, 9)."""
+    text = (REPO / "Makefile").read_text()
+    recipe = text.split("$(STAMP): pyproject.toml\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    installs = [i for i, line in enumerate(recipe) if "pip install" in line]
+    assert len(installs) >= 3
+    for i in installs:
+        assert recipe[i - 1].strip().startswith("@echo \"make venv: ["), recipe[i - 1]
+    assert "ready" in recipe[-1]
+
+
 def test_every_make_command_the_docs_name_is_a_makefile_target():
     targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
     named = set()

@@ -238,6 +238,7 @@ def test_an_unknown_variable_warns_once_with_the_closest_name(monkeypatch, tmp_p
     ]
 
 
+@pytest.mark.slow
 def test_the_cli_and_the_library_warn_about_misspelled_variables(tmp_path):
     env = {**os.environ, "XLACACHE_MAXSIZE": "1GB"}
     make_cache(tmp_path / "c", ["a"])
@@ -277,18 +278,27 @@ def test_would_load_agrees_with_prefetch_on_a_bad_value(tmp_path):
 
 @pytest.mark.parametrize("word, value", [("false", False), ("off", False), ("No", False),
                                          ("0", False), ("on", True), ("YES", True)])  # fmt: skip
-def test_booleans_read_the_same_words_everywhere(word, value, monkeypatch):
-    from xlacache.lazy.compat.utils.utils import getenv_as
+def test_booleans_read_the_same_words_everywhere(word, value):
     from xlacache.stores.durability import fsync_mode
 
     assert config.parse_bool(word) is value
     assert fsync_mode(word) == ("always" if value else "off")
-    monkeypatch.setenv("SOME_FLAG", word)
-    assert getenv_as("SOME_FLAG", bool) is value
     assert config.from_env({"XLACACHE_EXPLAIN": word}).get("explain", False) is value
     assert lazy_setting("fallback", {"XLACACHE_LAZY_FALLBACK": word}) is value
     loaded = load_config({"store": "/s"}, env={"XLACACHE_SERVE_DIRECT_IO": word})
     assert loaded.direct_io is value
+
+
+@pytest.mark.slow  # imports torch
+def test_torch_xla_getenv_as_reads_the_same_boolean_words(monkeypatch):
+    from xlacache.lazy.compat.utils.utils import getenv_as
+
+    for word, value in (("off", False), ("No", False), ("on", True), ("1", True)):
+        monkeypatch.setenv("SOME_FLAG", word)
+        assert getenv_as("SOME_FLAG", bool) is value
+    monkeypatch.setenv("SOME_FLAG", "perhaps")
+    with pytest.raises(ConfigError, match="SOME_FLAG='perhaps' is not a boolean"):
+        getenv_as("SOME_FLAG", bool)
 
 
 def test_one_bad_value_keeps_the_others(tmp_path):
@@ -324,6 +334,7 @@ def test_lazy_read_sites_use_the_table():
             assert f"timeout_s(\"{variable}\"" not in text, (path, variable)
 
 
+@pytest.mark.slow
 def test_a_bad_lazy_value_keeps_the_cache_on(tmp_path):
     """One bad value under `import xlacache.lazy` is one warning; the cache stays on."""
     env = {**os.environ, "XLACACHE_DIR": str(tmp_path / "c"), "XLACACHE_MAX_SIZE": "lots",
