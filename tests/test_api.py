@@ -24,6 +24,7 @@ def test_path_is_required(monkeypatch):
         xlacache.initialize_cache()
 
 
+@pytest.mark.fallback  # a bad XLACACHE_READONLY: a warning and a reader
 def test_environment_and_arguments(monkeypatch, tmp_path):
     monkeypatch.setenv("XLACACHE_DIR", str(tmp_path / "env"))
     monkeypatch.setenv("XLACACHE_MAX_SIZE", "2GiB")

@@ -79,6 +79,7 @@ def test_every_variable_of_every_setting_is_parsed(setting, tmp_path):
         assert config.from_env({setting.env_file: str(path)}) == {setting.name: value}
 
 
+@pytest.mark.fallback  # a bad value: a warning and the default
 def test_a_bad_value_names_its_variable():
     with pytest.warns(config.SettingWarning, match="XLACACHE_PREFETCH='many' is not a whole"):
         assert config.from_env({"XLACACHE_PREFETCH": "many"}) == {}
@@ -183,6 +184,7 @@ def test_the_cli_refuses_bare_numbers_and_shows_the_forms(tmp_path):
     assert "10GB, 512MiB" in help_text and "90s, 30m, 12h, 7d" in help_text
 
 
+@pytest.mark.fallback  # a bad value: a warning and the default
 def test_settings_with_bare_numbers_are_dropped_with_a_warning(tmp_path):
     with pytest.warns(config.SettingWarning, match="XLACACHE_MAX_AGE: invalid duration '30'"):
         settings = config.from_env({"XLACACHE_MAX_AGE": "30", "XLACACHE_MAX_SIZE": "20GB"})
@@ -254,6 +256,7 @@ def test_the_cli_and_the_library_warn_about_misspelled_variables(tmp_path):
     assert lib.returncode == 0 and "did you mean XLACACHE_MAX_SIZE?" in lib.stderr
 
 
+@pytest.mark.fallback  # a bad value: a warning and the default
 def test_prefetch_must_be_a_count(tmp_path, monkeypatch):
     monkeypatch.setenv("XLACACHE_PREFETCH", "-3")
     with pytest.warns(config.SettingWarning, match="XLACACHE_PREFETCH='-3' is not a whole"):
@@ -267,6 +270,7 @@ def _bad_prefetch(monkeypatch):
     monkeypatch.setenv("XLACACHE_PREFETCH", "-3")
 
 
+@pytest.mark.fallback  # a bad value: a warning and the default
 @pytest.mark.usefixtures("_bad_prefetch")
 def test_would_load_agrees_with_prefetch_on_a_bad_value(tmp_path):
     make_cache(tmp_path / "c", ["a", "b"])
@@ -301,6 +305,7 @@ def test_torch_xla_getenv_as_reads_the_same_boolean_words(monkeypatch):
         getenv_as("SOME_FLAG", bool)
 
 
+@pytest.mark.fallback  # a bad value: a warning and the default
 def test_one_bad_value_keeps_the_others(tmp_path):
     env = {"XLACACHE_MAX_SIZE": "lots", "XLACACHE_PREFETCH": "4", "XLACACHE_ROLE": "boss"}
     with pytest.warns(config.SettingWarning) as caught:
@@ -313,6 +318,7 @@ def test_one_bad_value_keeps_the_others(tmp_path):
 # -- the lazy runtime's settings table (issue 26) ----------------------------------------
 
 
+@pytest.mark.fallback  # a bad value: a warning and the default
 @pytest.mark.parametrize("setting", LAZY_SETTINGS, ids=lambda s: s.name)
 def test_every_lazy_setting_reads_its_variable(setting):
     text, value = SAMPLES[setting.kind.name]
@@ -334,6 +340,7 @@ def test_lazy_read_sites_use_the_table():
             assert f"timeout_s(\"{variable}\"" not in text, (path, variable)
 
 
+@pytest.mark.fallback  # a bad value: a warning and the default
 @pytest.mark.slow
 def test_a_bad_lazy_value_keeps_the_cache_on(tmp_path):
     """One bad value under `import xlacache.lazy` is one warning; the cache stays on."""
@@ -350,3 +357,14 @@ def test_a_bad_lazy_value_keeps_the_cache_on(tmp_path):
     for variable in ("XLACACHE_MAX_SIZE", "XLACACHE_LAZY_FALLBACK", "XLA_COMPILATION_CACHE_SIZE"):
         assert variable in out.stderr
     assert "cache named by the environment is off" not in out.stderr
+
+
+def test_strict_mode_raises_on_a_bad_value(monkeypatch):
+    """A dropped setting is a fallback: strict mode (counters.hidden) raises instead."""
+    from xlacache.errors import StrictModeError
+
+    monkeypatch.setenv("XLACACHE_STRICT", "1")
+    with pytest.raises(StrictModeError, match="settings"):
+        config.from_env({"XLACACHE_MAX_SIZE": "lots"})
+    with pytest.raises(StrictModeError, match="lazy settings"):
+        lazy_setting("gc_defer", {"XLACACHE_LAZY_GC_DEFER": "perhaps"})

@@ -207,6 +207,7 @@ def test_writer_signs_and_replaces_an_untrusted_entry(tmp_path):
                                 serialize=never) == b"honest"  # fmt: skip
 
 
+@pytest.mark.fallback  # untrusted entries: misses, compiled
 @pytest.mark.parametrize("own_key", [None, "foreign"], ids=["no key", "untrusted key"])
 def test_a_trusting_writer_that_cannot_sign_trusted_stores_nothing(tmp_path, own_key):
     """It would refuse what it stored: it compiles, keeps the result in memory, and leaves
