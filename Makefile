@@ -11,12 +11,18 @@ venv: $(STAMP)
 
 # torch is pinned here (a local CPU wheel); pyproject keeps a normal range for users.
 $(STAMP): pyproject.toml
+	@echo "make venv: setting up $(VENV) from pyproject.toml (a few minutes the first time)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "make venv: [1/4] pip"
 	$(PY) -m pip install -q --upgrade pip
+	@echo "make venv: [2/4] torch 2.13.0, the CPU wheel (the largest download)"
 	$(PY) -m pip install -q torch==2.13.0
+	@echo "make venv: [3/4] xlacache, editable, with its dev extras (jax, grpc, gcsfs, pytest...)"
 	$(PY) -m pip install -q -e '.[dev]' --config-settings editable_mode=compat
+	@echo "make venv: [4/4] transformers 5.23.0 (the tests' third-party models)"
 	$(PY) -m pip install -q --no-deps transformers==5.23.0
 	touch $(STAMP)
+	@echo "make venv: ready ($(PY))"
 
 demo: venv
 	$(PY) examples/demo.py

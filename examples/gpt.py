@@ -173,10 +173,11 @@ def summary(result: dict) -> str:
         f"first step done {result['time_to_first_step_s']:.2f} s after start",
     ]
     if "compiles" in result:
-        lines.append(
-            f"compiled {result['compiles']} programs ({result['compile_s']:.2f} s), "
-            f"{result['persistent_hits']} loaded from the persistent cache"
-        )
+        compiled, loaded = result["compiles"], result["persistent_hits"]
+        done = [f"compiled {compiled} program{'s' * (compiled != 1)}"] if compiled else []
+        done += [f"loaded {loaded} from the persistent cache"] if loaded else []
+        what = " and ".join(done) or "compiled nothing and loaded nothing"
+        lines.append(f"{what} ({result['compile_s']:.2f} s getting programs ready)")
     return "\n".join(lines)
 
 

@@ -139,7 +139,7 @@ def test_prune_max_size_evicts_least_recently_used(aged):
     root, keys = aged
     with LocalStore(root, readonly=True) as store:
         keep = store.stat(keys["old_hit"]).size
-    assert _pruned(root, "--max-size", str(keep)) == {keys["old"], keys["new"]}
+    assert _pruned(root, "--max-size", f"{keep}B") == {keys["old"], keys["new"]}
     assert cache_keys(root) == {keys["old_hit"]}
 
 
@@ -508,7 +508,7 @@ def test_console_script_json_and_errors(cache, tmp_path):
     )
     assert bad.returncode == 2
     assert bad.stdout == ""
-    assert bad.stderr.startswith("xlacache: error: invalid size 'lots'")
+    assert bad.stderr.startswith("xlacache: error: --max-size: invalid size 'lots'")
     assert len(bad.stderr.splitlines()) == 1 and "Traceback" not in bad.stderr
 
 

@@ -3,7 +3,7 @@ what `CompilationCache.prefetch` loads (issue 20, item 10)."""
 
 from __future__ import annotations
 
-from tests.cli_helpers import cli_json, make_cache, put_entry, run
+from tests.cli_helpers import assert_one_line_error, cli_json, make_cache, put_entry, run
 from xlacache.cache import CompilationCache
 from xlacache.stores.local import LocalStore
 
@@ -34,3 +34,11 @@ def test_would_load_is_what_prefetch_loads(tmp_path, monkeypatch):
     assert cli_json("inspect", root, "--would-load")["entries"] == []
     table = run("inspect", root, "--would-load", "--prefetch", "1")
     assert table.exit_code == 0 and "prefetch=1 loads 1 entry" in " ".join(table.stdout.split())
+
+
+def test_would_load_refuses_a_shared_store():
+    """PATH is the worker's own directory: a server or a bucket is a one-line error, not an
+    answer about some other cache (issue 27, 9)."""
+    for url in ("grpc://127.0.0.1:1", "grpcs://cache:7070", "gs://bucket/prefix"):
+        line = assert_one_line_error(run("inspect", url, "--would-load"), 2)
+        assert "worker's own cache directory" in line and url in line, line

@@ -241,6 +241,93 @@ def test_every_cli_example_names_a_real_command_and_real_options():
                 assert option in known, f"{where}: {first} has no option {option}: {words}"
 
 
+def _example_script_options() -> set[str]:
+    """The options of examples/*.py (their argparse calls, read from the source)."""
+    import ast
+
+    found = set()
+    for path in (REPO / "examples").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                found |= {a.value for a in node.args if isinstance(a, ast.Constant)}
+    return {o for o in found if isinstance(o, str) and o.startswith("--")}
+
+
+def _torchrun_options() -> set[str]:
+    from torch.distributed.run import get_args_parser
+
+    return {o for o in get_args_parser()._option_string_actions if o.startswith("--")}
+
+
+_SPAN_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9_-]*[a-z0-9])(?![\w*-])")
+
+
+def test_every_flag_the_docs_quote_exists():
+    """A `--flag` in a code span of README/docs is an option of an xlacache command (of that
+    command, where the span names it), of an example script, of torchrun or pytest; XLA's
+    own flags (--xla_...) are key inputs, not options (issue 27, 8)."""
+    group = typer.main.get_command(app)
+    every = _options(group).union(*(_options(c) for c in group.commands.values()))
+    others = _example_script_options() | _torchrun_options() | {"--durations", "--help"}
+    checked = 0
+    for doc in DOCS:
+        for span in re.findall(r"`([^`\n]+)`", (REPO / doc).read_text()):
+            words = span.split()
+            known = every | others
+            if len(words) > 1 and words[0] == "xlacache" and words[1] in group.commands:
+                known = _options(group.commands[words[1]]) | {"--help"}
+            for flag in _SPAN_FLAG.findall(span):
+                if flag.startswith("--xla_"):
+                    continue
+                checked += 1
+                assert flag in known, f"{doc}: `{span}` quotes {flag}, which no command has"
+    assert checked > 50
+
+
+# Misspellings the docs quote on purpose (what the unknown-variable warning catches).
+MISSPELLED = {"XLACACHE_LAZY_FALBACK", "XLACACHE_MAXSIZE", "XLACACHE_SERVE_MAXSIZE"}
+
+
+def test_every_xlacache_variable_the_docs_quote_exists():
+    """Every XLACACHE_* name in README/docs is a variable of a settings table (or strict
+    mode's), so a reader who sets it is heard; the misspelled examples are not (issue 27, 8)."""
+    from xlacache import variables
+
+    known = variables.known_variables() | {"XLACACHE_STRICT"}
+    quoted = set()
+    for doc in [*DOCS, "benchmarks/README.md"]:
+        text = (REPO / doc).read_text()
+        quoted |= {(doc, n) for n in re.findall(r"XLACACHE_[A-Z_]*[A-Z](?![A-Z_<*])", text)}
+    assert len(quoted) > 40
+    assert [(doc, n) for doc, n in sorted(quoted) if n not in known | MISSPELLED] == []
+    assert not MISSPELLED & known and {n for _, n in quoted} >= MISSPELLED
+
+
+def test_compat_md_names_the_tests_make_compat_runs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compat", REPO / "benchmarks" / "compat.py")
+    compat = importlib.util.module_from_spec(spec)
+    sys.modules["compat"] = compat  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(compat)
+    finally:
+        del sys.modules["compat"]
+    text = (REPO / "docs" / "compat.md").read_text()
+    assert set(re.findall(r"`((?:server/)?test_\w+\.py)`", text)) == set(compat.TESTS)
+
+
+def test_make_venv_says_what_each_step_does():
+    """`make venv` is no silent minute: each install is announced first (issue 27, 9)."""
+    text = (REPO / "Makefile").read_text()
+    recipe = text.split("$(STAMP): pyproject.toml\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    installs = [i for i, line in enumerate(recipe) if "pip install" in line]
+    assert len(installs) >= 3
+    for i in installs:
+        assert recipe[i - 1].strip().startswith("@echo \"make venv: ["), recipe[i - 1]
+    assert "ready" in recipe[-1]
+
+
 def test_every_make_command_the_docs_name_is_a_makefile_target():
     targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
     named = set()
@@ -317,6 +404,56 @@ def test_examples_gpt_prints_json_only_when_asked():
     as_json = subprocess.run([*script, "--json"], capture_output=True, text=True, timeout=300,
                              env=env)  # fmt: skip
     assert json.loads(as_json.stdout.strip().splitlines()[-1])["mode"] == "eager"
+
+
+def test_the_emulator_binary_of_docs_gcs_starts_as_written():
+    """docs/gcs.md's way without Docker: the binary of the dev dependency, from the
+    repository (its port made free for the test)."""
+    import socket
+    import urllib.request
+
+    from tests.waiting import wait_for
+
+    block = section_block("docs/gcs.md", "Trying it without Google Cloud: an emulator", "sh", 1)
+    line = block.text.replace("\\\n", " ").strip()
+    assert line.startswith(".venv/") and line.endswith("-port 4443 &")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = line.removesuffix("&").replace("-port 4443", f"-port {port}")
+    proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://127.0.0.1:{port}/storage/v1/b"
+
+    def answers() -> bool:
+        try:
+            return urllib.request.urlopen(url, timeout=2).status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(answers, 60, "the emulator to answer", procs=[proc])
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+def test_examples_gpt_says_what_it_compiled_and_what_it_loaded():
+    """A warm run says it loaded its programs, not that it compiled 0 (issue 27, 9)."""
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        from gpt import summary
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    base = {"mode": "lazy", "loss": 4.9, "first_step_s": 1.0, "steady_step_s": 0.1,
+            "time_to_first_step_s": 2.0, "compile_s": 0.07}  # fmt: skip
+    warm = summary({**base, "compiles": 0, "persistent_hits": 2}).splitlines()[1]
+    assert warm == "loaded 2 from the persistent cache (0.07 s getting programs ready)"
+    cold = summary({**base, "compiles": 1, "persistent_hits": 0}).splitlines()[1]
+    assert cold.startswith("compiled 1 program (")
+    assert "compiled nothing and loaded nothing" in summary(
+        {**base, "compiles": 0, "persistent_hits": 0}
+    )
 
 
 def test_docs_name_no_missing_environment_variable():

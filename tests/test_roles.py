@@ -97,7 +97,7 @@ def test_single_flight_settings(tmp_path, monkeypatch):
     monkeypatch.setenv("XLACACHE_SINGLE_FLIGHT", "0")
     monkeypatch.setenv("XLACACHE_LEASE_TTL", "1m")
     monkeypatch.setenv("XLACACHE_MAX_WAIT", "2h")
-    monkeypatch.setenv("XLACACHE_WRITER_GRACE", "5")
+    monkeypatch.setenv("XLACACHE_WRITER_GRACE", "5s")
     c = resolve(tmp_path)
     assert not c.single_flight and (c.lease_ttl, c.max_wait, c.writer_grace) == (60, 7200, 5)
     assert resolve(tmp_path, readonly=True).writer_grace == 5  # explicit: for every reader

@@ -207,6 +207,32 @@ def test_writer_signs_and_replaces_an_untrusted_entry(tmp_path):
                                 serialize=never) == b"honest"  # fmt: skip
 
 
+@pytest.mark.fallback  # untrusted entries: misses, compiled
+@pytest.mark.parametrize("own_key", [None, "foreign"], ids=["no key", "untrusted key"])
+def test_a_trusting_writer_that_cannot_sign_trusted_stores_nothing(tmp_path, own_key):
+    """It would refuse what it stored: it compiles, keeps the result in memory, and leaves
+    the stored entry as it was (issue 27, 6)."""
+    _, trusted, _, _ = keypair("ed25519")
+    signer = keypair("hmac")[0] if own_key else None
+    store = LocalStore(tmp_path / "c")
+    store.put(make_key(1), entry.encode(make_key(1), b"planted", compile_seconds=1.0))
+    path = store.entry_path(make_key(1))
+    before = (path.read_bytes(), path.stat().st_mtime_ns)
+    cache = CompilationCache(store, signer=signer, trusted=trusted)
+    with pytest.warns(counters.CacheWarning, match="untrusted"):
+        for _ in range(2):
+            assert cache.get_or_compile(make_key(1), compile=lambda: b"fresh", load=never,
+                                        serialize=bytes) == b"fresh"  # fmt: skip
+        got = cache.get_or_compile(make_key(2), compile=lambda: b"new", load=never,
+                                   serialize=bytes)  # fmt: skip
+    assert got == b"new" and not store.contains(make_key(2))
+    assert not cache.save_alias(make_key(3), {"target": make_key(2)})
+    assert (path.read_bytes(), path.stat().st_mtime_ns) == before
+    figures = counters.snapshot()
+    assert figures["writes"] == 0 and figures["kept_unsigned"] == 3
+    assert figures["errors"] == {"untrusted": 2}
+
+
 def test_without_trusted_keys_behaviour_is_unchanged(tmp_path):
     stranger, _, _, _ = keypair("hmac")
     store = LocalStore(tmp_path / "c")
@@ -266,6 +292,14 @@ def test_real_jax_reader_compiles_past_planted_and_foreign_entries(tmp_path, kin
         assert stats["errors"] == {"untrusted": stats["misses"]} and stats["load_seconds"] == 0
         assert len(reader["warnings"]) == 1 and "untrusted" in reader["warnings"][0]
         assert reader["loss"] == planted["loss"] == foreign["loss"]
+    # A trusting process with no signing key (not a reader) rewrites nothing, run after run.
+    with LocalStore(tmp_path / "planted") as store:
+        paths = [store.entry_path(i.key) for i in store.list()]
+    mtimes = [p.stat().st_mtime_ns for p in paths]
+    for _ in range(2):
+        stats = run(tmp_path / "planted", trusted_keys=[public], prefetch=0)["stats"]
+        assert stats["writes"] == 0 and stats["kept_unsigned"] == stats["misses"] > 0
+    assert [p.stat().st_mtime_ns for p in paths] == mtimes
     # The trusted writer signs what it compiles; then the reader hits.
     run(tmp_path / "signed", signing_key=private)
     reader = run(tmp_path / "signed", trusted_keys=[public], readonly=True)

@@ -287,15 +287,36 @@ def test_a_reader_alone_says_it_waits_for_a_writer_and_when_it_gives_up(tmp_path
         single_flight=SingleFlight(writer_grace=0.3),
     )
     compiler = Compiler(seconds=0.0)
-    with caplog.at_level("WARNING", logger="xlacache"):
+    with caplog.at_level("DEBUG", logger="xlacache"):
         assert get(reader, compiler) == b"exe"
-    lines = [r.getMessage() for r in caplog.records]
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert len(lines) == 2
-    assert "waiting up to 0.3 s for a writer" in lines[0] and KEY[:16] in lines[0]
-    assert "no writer compiled" in lines[1] and "compiling it here" in lines[1]
+    assert lines[0][0] == "DEBUG" and "waiting up to 0.3 s for a writer" in lines[0][1]
+    assert KEY[:16] in lines[0][1]
+    assert lines[1][0] == "WARNING" and "no writer compiled" in lines[1][1]
+    assert "compiling it here" in lines[1][1]
     caplog.clear()
     waited = counters.snapshot()["wait_seconds"]
     with caplog.at_level("WARNING", logger="xlacache"):
         assert get(reader, compiler, key=make_key(2)) == b"exe"
     assert caplog.records == []  # no writer in sight: the next miss does not wait
     assert compiler.calls == 2 and counters.snapshot()["wait_seconds"] == waited
+
+
+def test_a_healthy_pods_reader_logs_no_warning_while_its_writer_comes(tmp_path, caplog):
+    """The reader gets there first, its writer takes the key within the grace: a debug line,
+    no warning (issue 27, 9)."""
+    LocalStore(tmp_path / "c").close()
+    reader = CompilationCache(LocalStore(tmp_path / "c", readonly=True),
+                              single_flight=SingleFlight(writer_grace=60))  # fmt: skip
+    writer = CompilationCache(LocalStore(tmp_path / "c"), single_flight=SingleFlight())
+    got: list = []
+    with caplog.at_level("DEBUG", logger="xlacache"):
+        thread = threading.Thread(target=lambda: got.append(get(reader, Compiler(0.0))))
+        thread.start()
+        wait_for(lambda: any("waiting up to" in r.getMessage() for r in caplog.records), 30,
+                 "the reader to wait for a writer")  # fmt: skip
+        assert get(writer, Compiler(0.2)) == b"exe"
+        thread.join(60)
+    assert got == [b"loaded:exe"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= 30] == []

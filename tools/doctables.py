@@ -6,7 +6,8 @@
 A generated table sits between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->``
 in a Markdown file; NAME picks the function below that renders it from the one place
 the code declares it: `xlacache.counters.FIELDS` (`stats()`), `xlacache.config.SETTINGS`
-(`initialize_cache`'s settings), `xlacache.server.config.SERVER_SETTINGS` (`serve`).
+(`initialize_cache`'s settings), `xlacache.server.config.SERVER_SETTINGS` (`serve`),
+`xlacache.lazy_settings.LAZY_SETTINGS` (the lazy runtime's variables).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FILES = ("README.md", "docs/cli.md", "docs/pods.md", "docs/gcs.md", "deploy/README.md")
+FILES = ("README.md", "docs/cli.md", "docs/pods.md", "docs/gcs.md", "docs/lazy.md",
+         "deploy/README.md")  # fmt: skip
 _REGION = re.compile(r"(<!-- generated: ([\w-]+) -->\n)(.*?)(<!-- end: \2 -->)", re.S)
 
 
@@ -43,9 +45,36 @@ def client_settings_table() -> str:
     rows = [_row("argument", "type", "default", "environment", "what", "more in"),
             _row(*["---"] * 6)]  # fmt: skip
     for s in SETTINGS:
-        default = "" if s.default is None else f"`{s.default!r}`"
         env = ", ".join(f"`{v}`" for v in s.variables())
-        rows.append(_row(f"`{s.name}`", s.kind.name, default, env, s.help, f"`{s.doc}`"))
+        rows.append(_row(f"`{s.name}`", s.kind.name, _default(s), env, s.help, f"`{s.doc}`"))
+    return "".join(rows)
+
+
+def _default(setting, bools: tuple[str, str] = ("False", "True")) -> str:
+    """A default as it is written: `30s`, `20GB`, `1024` (sizes and durations with their
+    unit, as they must be), a boolean as `bools` spells it."""
+    from xlacache.config import DURATION, SIZE
+    from xlacache.units import compact_size
+
+    value = setting.default
+    if value is None:
+        return ""
+    if setting.kind is SIZE or setting.kind.name == "size":
+        return f"`{compact_size(value)}`"
+    if setting.kind is DURATION or setting.kind.name == "duration":
+        return f"`{value:g}s`" if value else "`0`"
+    if isinstance(value, bool):
+        return f"`{bools[value]}`"
+    return f"`{value!r}`"
+
+
+def lazy_settings_table() -> str:
+    from xlacache.lazy_settings import LAZY_SETTINGS
+
+    rows = [_row("variable", "type", "default", "what", "more in"), _row(*["---"] * 5)]
+    for s in LAZY_SETTINGS:
+        env = ", ".join(f"`{v}`" for v in s.variables())
+        rows.append(_row(env, s.kind.name, _default(s, ("0", "1")), s.help, f"`{s.doc}`"))
     return "".join(rows)
 
 
@@ -66,6 +95,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "stats": stats_table,
     "client-settings": client_settings_table,
     "server-settings": server_settings_table,
+    "lazy-settings": lazy_settings_table,
 }
 
 

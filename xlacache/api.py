@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 
-from xlacache import assemble, counters, jax_bridge
+from xlacache import assemble, counters, jax_bridge, variables
 from xlacache import config as config_mod
 from xlacache.cache import CompilationCache
 from xlacache.config import CacheConfig
@@ -51,6 +51,7 @@ def initialize_cache(
     unknown = sorted(set(settings) - set(config_mod.BY_NAME) - {"path", "readonly"})
     if unknown:
         raise TypeError(f"initialize_cache() got an unexpected keyword argument {unknown[0]!r}")
+    variables.check_environment()  # a misspelled XLACACHE_* setting: one warning
     resolved = config_mod.resolve(path, readonly=readonly, rank=_jax_rank(), **settings)
     with _lock:
         if _config is not None:

@@ -178,6 +178,9 @@ class CompilationCache:
             self._tally.add("compile_seconds", seconds)
             outcome = Outcome.COMPILED
             keep = not self.readonly and seconds >= self.min_compile_seconds
+            if keep and self._refuses_own_entries():  # kept in memory only, never rewritten
+                keep = False
+                counters.add("kept_unsigned")
             if keep and rejected is not None:
                 serialize = self._replacement(key, result, serialize, load, label)
                 keep = serialize is not None
@@ -199,7 +202,7 @@ class CompilationCache:
         whose context says ``{"kind": "alias"}`` and whose label starts with ``alias:``.
         Read-only caches store nothing. Returns whether it was stored.
         """
-        if self.readonly:
+        if self.readonly or self._refuses_own_entries():
             return False
         payload = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
         label = entry.ALIAS_LABEL_PREFIX + label
@@ -348,6 +351,12 @@ class CompilationCache:
             return FAILED
         self._count_hit(found.header, time.perf_counter() - start)
         return Lookup(Found.LOADED, result, found.header.created)
+
+    def _refuses_own_entries(self) -> bool:
+        """Trusting keys with no trusted signing key: whatever it stored, it would refuse."""
+        return self.trusted is not None and (
+            self.signer is None or self.signer.key_id not in self.trusted.key_ids
+        )
 
     def _replacement(
         self, key: str, result: T, serialize: Callable[[T], bytes], load, label: str

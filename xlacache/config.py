@@ -25,16 +25,20 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from xlacache import counters
 from xlacache.errors import ConfigError
 from xlacache.units import parse_duration, parse_size
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+BOOL_FORMS = "1, true, yes, on or 0, false, no, off"
 ROLES = ("writer", "reader")
 RANK_VARIABLES = ("RANK", "TPU_WORKER_ID", "CLOUD_TPU_TASK_ID")
 DEFAULT_WRITER_GRACE = 10.0
@@ -49,7 +53,7 @@ def parse_bool(value: str | bool, name: str = "value") -> bool:
         return True
     if text in _FALSE:
         return False
-    raise ConfigError(f"{name}={value!r} is not a boolean (use 1 or 0)")
+    raise ConfigError(f"{name}={value!r} is not a boolean ({BOOL_FORMS})")
 
 
 def split_list(value: str | os.PathLike | Iterable[str | os.PathLike]) -> tuple[str, ...]:
@@ -58,18 +62,32 @@ def split_list(value: str | os.PathLike | Iterable[str | os.PathLike]) -> tuple[
     return tuple(text for item in items if (text := os.fspath(item).strip()))
 
 
-def _whole(value: Any, name: str) -> int:
+def whole(value: Any, name: str, minimum: int = 0) -> int:
+    """A whole number of at least `minimum` (a count), else ConfigError naming `name`."""
     try:
-        return int(str(value).strip()) if not isinstance(value, int) else value
+        number = int(str(value).strip()) if not isinstance(value, int) else value
     except ValueError:
-        raise ConfigError(f"{name}={value!r} is not a whole number") from None
+        number = None
+    if number is None or isinstance(value, bool) or number < minimum:
+        raise ConfigError(f"{name}={value!r} is not a whole number of {minimum} or more")
+    return number
 
 
-def _duration(value: Any, name: str) -> float:
-    seconds = parse_duration(value)
-    if not seconds >= 0:
-        raise ConfigError(f"{name} must be a duration of 0 or more")
+def duration(value: Any, name: str, positive: bool = False) -> float:
+    """Seconds from a duration with its unit (`units.parse_duration`), 0 or more (more
+    than 0 when `positive`), else ConfigError naming `name`."""
+    seconds = parse_duration(value, name)
+    if not (seconds > 0 if positive else seconds >= 0):
+        bound = "more than 0" if positive else "0 or more"
+        raise ConfigError(f"{name} must be a duration of {bound}")
     return seconds
+
+
+def role(value: Any, name: str) -> str:
+    text = str(value).strip().lower()
+    if text not in ROLES:
+        raise ConfigError(f"{name}={value!r}: expected writer or reader")
+    return text
 
 
 @dataclass(frozen=True)
@@ -84,12 +102,13 @@ class Kind:
 
 
 TEXT = Kind("text", str | None, str | None, lambda v, n: str(v))
+ROLE = Kind("writer|reader", str | None, str | None, role)
 PATH = Kind("path", str | os.PathLike | None, str, lambda v, n: os.fspath(v))
 FILE = Kind("file", str | os.PathLike | None, str | None, lambda v, n: os.fspath(v))
 BOOL = Kind("bool", bool | None, bool, parse_bool)
-COUNT = Kind("count", int | None, int, _whole)
-SIZE = Kind("size", int | str | None, int | None, lambda v, n: parse_size(v))
-DURATION = Kind("duration", float | str | None, float, _duration)
+COUNT = Kind("count", int | None, int, whole)
+SIZE = Kind("size", int | str | None, int | None, parse_size)
+DURATION = Kind("duration", float | str | None, float, duration)
 FILES = Kind(
     "list",
     str | os.PathLike | Iterable[str | os.PathLike] | None,
@@ -109,6 +128,9 @@ class Setting:
     secret: bool = False  # never shown (CacheConfig.describe)
     env_file: str | None = None  # a variable naming a file that holds the value
     option: str | None = None  # the command-line option, where not --name (serve's flags)
+    # What a bad environment value becomes (None: the default): the safe side where the
+    # default is not (a bad XLACACHE_READONLY makes a reader, which writes nothing).
+    when_invalid: Any = None
 
     def variables(self) -> tuple[str, ...]:
         return self.env + ((self.env_file,) if self.env_file else ())
@@ -118,10 +140,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("path", PATH, None, ("XLACACHE_DIR", "XLA_PERSISTENT_CACHE_PATH"),
             "this process's local cache directory (required)", "README.md"),
     Setting("readonly", BOOL, False, ("XLACACHE_READONLY", "XLA_PERSISTENT_CACHE_READ_ONLY"),
-            "never write anything (the reader role); works on read-only mounts", "README.md"),
-    Setting("role", TEXT, None, ("XLACACHE_ROLE",),
+            "never write anything (the reader role); works on read-only mounts", "README.md",
+            when_invalid=True),
+    Setting("role", ROLE, None, ("XLACACHE_ROLE",),
             "writer or reader; default: rank 0 writes, other ranks read, no rank writes",
-            "docs/pods.md"),
+            "docs/pods.md", when_invalid="reader"),
     Setting("remote", TEXT, None, ("XLACACHE_REMOTE",),
             "shared store: grpc://host:7070 (grpcs:// with TLS) or gs://bucket/prefix",
             "README.md"),
@@ -225,9 +248,50 @@ def env_value(name: str, env: Mapping[str, str] = os.environ) -> Any:
     return None
 
 
+class SettingWarning(UserWarning):
+    """A setting of the environment that is ignored: misspelled, or a value that does not
+    parse (that one setting keeps its default)."""
+
+
+_warned: set[str] = set()  # messages given once per process
+
+
+def warn_once(message: str) -> None:
+    """Warn about a setting, once per message and process, from the caller's line (the
+    first frame outside this package: the user's initialize_cache or import)."""
+    if message in _warned:
+        return
+    _warned.add(message)
+    package = str(Path(__file__).parent)
+    frame, level = sys._getframe(1), 2
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, SettingWarning, stacklevel=level)
+
+
+def tolerant(rows: Iterable[Setting], read: Callable[[str], Any], where: str) -> dict:
+    """Each row's value `read(name)` gives, a bad one dropped: it warns (naming the
+    variable, from the ConfigError) and the row keeps its default, or its `when_invalid`
+    value; the other settings stand (one typo never turns the cache off). Strict mode
+    (`counters.hidden`) raises instead."""
+    values = {}
+    for row in rows:
+        try:
+            value = read(row.name)
+        except ConfigError as exc:
+            counters.hidden(where, exc)
+            value = row.when_invalid
+            instead = "keeps its default" if value is None else f"is {value!r} (the safe side)"
+            warn_once(f"xlacache: {exc} (ignored: {row.name} {instead})")
+        if value is not None:
+            values[row.name] = value
+    return values
+
+
 def from_env(env: Mapping[str, str] = os.environ) -> dict:
-    """The settings the environment gives, parsed, as initialize_cache keyword arguments."""
-    return {s.name: v for s in SETTINGS if (v := env_value(s.name, env)) is not None}
+    """The settings the environment gives, parsed, as initialize_cache keyword arguments
+    (a value that does not parse: a warning, and that setting's default)."""
+    return tolerant(SETTINGS, lambda name: env_value(name, env), "settings")
 
 
 def remote_token(env: Mapping[str, str] = os.environ) -> str | None:
@@ -250,10 +314,7 @@ def quiet_grpc_logging(env: MutableMapping[str, str] = os.environ) -> None:
 def env_rank(env: Mapping[str, str] = os.environ) -> tuple[int, str] | None:
     """(rank, variable) from RANK, TPU_WORKER_ID or CLOUD_TPU_TASK_ID, or None."""
     if hit := _first(env, *RANK_VARIABLES):
-        rank = _whole(hit[1], hit[0])
-        if rank < 0:
-            raise ConfigError(f"{hit[0]}={hit[1]!r} is negative")
-        return rank, hit[0]
+        return whole(hit[1], hit[0]), hit[0]
     return None
 
 

@@ -51,6 +51,8 @@ FIELDS = {
     "alias_hits": "executables loaded by alias, without lowering (xlacache.executables)",
     "alias_misses": "alias lookups that found nothing usable",
     "alias_writes": "alias entries stored",
+    "kept_unsigned": "executables kept in memory only: a process that trusts keys but has no "
+    "trusted signing key stores nothing (it would refuse it)",
     "miss_reports": "explained misses reported to the shared store",
     "miss_reports_dropped": "explained misses not reported (rate limit, refused)",
     "evictions": "local entries evicted by max_size or max_age",

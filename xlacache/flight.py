@@ -10,9 +10,9 @@ compile was too quick to keep, or storing failed) leaves every waiter to compile
 (`Landing.COMPILE`), none holding the lease, so they do not compile one after another.
 
 A reader takes no lease. It waits while a holder is alive and, when none is, up to its
-writer grace for one to appear (the writer of its pod compiles the same programs),
-saying so in the log; once a grace passes with no writer in sight it stops waiting for
-one until it sees a holder again (`WriterWatch`). Every wait ends by `max_wait`; any
+writer grace for one to appear (the writer of its pod compiles the same programs; only
+a grace that runs out is a warning); once a grace passes with no writer in sight it stops
+waiting for one until it sees a holder again (`WriterWatch`). Every wait ends by `max_wait`; any
 lease failure means compiling without one, counted like any cache error.
 """
 
@@ -213,11 +213,11 @@ class Flight(Generic[T]):
                 if self.writers is not None:
                     self.writers.gave_up()
             return self._end_lookup(self._recheck())
-        if not self.awaiting_writer:
+        if not self.awaiting_writer:  # the usual case in a healthy pod: debug, not a warning
             self.awaiting_writer = True
-            log.warning(
-                "xlacache: reader waiting up to %g s for a writer to compile %s "
-                "(writer_grace; no writer is compiling it yet)", grace, self.name,
+            log.debug(
+                "xlacache: reader waiting up to %g s for a writer to start compiling %s "
+                "(writer_grace)", grace, self.name,
             )  # fmt: skip
         try:  # until a writer takes the lease, or its entry comes
             waited = self.table.wait(self.key, grace - waited_for, free=True)

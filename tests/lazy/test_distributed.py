@@ -72,7 +72,7 @@ def test_ranks_that_trace_different_collective_graphs_get_an_error_not_a_wrong_s
 def test_ranks_pair_by_execution_so_evictions_on_one_rank_do_not_break_the_check(monkeypatch):
     # rank 0 evicts and compiles again each round, rank 1 hits its in-memory cache: pairing
     # by compiles would wait for a program rank 1 never compiles
-    monkeypatch.setenv("XLACACHE_COLLECTIVE_TIMEOUT", "30")
+    monkeypatch.setenv("XLACACHE_COLLECTIVE_TIMEOUT", "30s")
     r0, r1 = xl.launch(workers.evicting, args=(3,), nprocs=2)
     assert r0["evictions"] >= 4 and r1["evictions"] == 0
     assert r0["compiles"] > r1["compiles"]

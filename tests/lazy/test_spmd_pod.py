@@ -36,8 +36,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributed"), pytest.m
 def pod(monkeypatch):
     """Every worker of a job started here gets 4 CPU devices; waits are short."""
     monkeypatch.setenv("CPU_NUM_DEVICES", "4")
-    monkeypatch.setenv("XLACACHE_COLLECTIVE_TIMEOUT", "60")
-    monkeypatch.setenv("XLACACHE_INIT_TIMEOUT", "120")
+    monkeypatch.setenv("XLACACHE_COLLECTIVE_TIMEOUT", "60s")
+    monkeypatch.setenv("XLACACHE_INIT_TIMEOUT", "120s")
 
 
 def test_one_mesh_over_the_job_placement_reads_and_errors(pod, tmp_path):
@@ -101,7 +101,7 @@ def test_the_example_runs_as_a_pod_under_torchrun(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
-        env=child_env({"CPU_NUM_DEVICES": "4", "XLACACHE_COLLECTIVE_TIMEOUT": "60"}),
+        env=child_env({"CPU_NUM_DEVICES": "4", "XLACACHE_COLLECTIVE_TIMEOUT": "60s"}),
     )
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])  # rank 0 prints for the job

@@ -53,7 +53,7 @@ def busy_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("status")
     srv = start_server(
         tmp, "--tokens", str(write_tokens(tmp / "tokens")), "--metrics-listen", "127.0.0.1:0",
-        "--max-size", str(CAP), "--sample-interval", "0.3s",
+        "--max-size", f"{CAP}B", "--sample-interval", "0.3s",
     )  # fmt: skip
     trainer = GrpcStore(srv.url, token=WRITE_TOKEN, timeout=10)
     worker = GrpcStore(srv.url, token=READ_TOKEN, readonly=True, timeout=10)

@@ -41,6 +41,9 @@ def test_put_uploads_in_background_and_other_worker_hits_remotely(tmp_path, serv
     b = tier(tmp_path, "b", server.url)
     assert b.get(key) == blob
     assert counters.snapshot()["remote_hits"] == 1
+    b.local.flush_hits()
+    copy = b.local.stat(key)
+    assert copy.hits == 1 and copy.last_used > copy.created - 1  # the use is recorded
     assert b.local.get(key) == blob  # written back locally
     a.close()
     b.close()

@@ -31,7 +31,7 @@ from xlacache.errors import (
 )
 from xlacache.stores import open_store
 from xlacache.stores.base import PrunePolicy
-from xlacache.stores.gcs import GCSStore, entry_name
+from xlacache.stores.gcs import MARKER, GCSStore, entry_name
 from xlacache.stores.gcs_objects import GCSObjects, RetryPolicy, parse_url
 from xlacache.stores.local import LocalStore
 from xlacache.stores.tiered import TieredStore
@@ -89,11 +89,18 @@ def test_open_store_and_layout_match_a_local_cache(gcs, tmp_path):
 
 
 def test_a_prefix_that_is_no_cache(gcs):
-    with pytest.raises(NotACacheError):
-        GCSStore(gcs.url("nothing"), create=False)
-    with pytest.raises(NotACacheError):
-        GCSStore(gcs.url("nothing"), readonly=True, create=False)
+    # An empty prefix is an empty cache (issue 27, 7): nothing written, nothing made.
+    assert list(GCSStore(gcs.url("nothing"), create=False).list()) == []
+    assert GCSStore(gcs.url("nothing"), readonly=True, create=False).summary().entries == 0
+    assert gcs.proxy.writes() == []
+    GCSStore(gcs.url("other")).objects.create("notes.txt", b"not a cache")
+    GCSStore(gcs.url("other")).objects.delete(MARKER)
+    with pytest.raises(NotACacheError, match="not an xlacache cache"):
+        GCSStore(gcs.url("other"), create=False)
+    with pytest.raises(NotACacheError, match="not an xlacache cache"):
+        GCSStore(gcs.url("other"), readonly=True, create=False)
     # A reader may start before its writer has created anything.
+    gcs.proxy.reset_log()
     reader = GCSStore(gcs.url("nothing"), readonly=True)
     assert reader.get(make_key(1)) is None and list(reader.list()) == []
     assert gcs.proxy.writes() == []

@@ -25,7 +25,7 @@ from xlacache.cli.common import (
 from xlacache.entry import MAX_ENTRY_SIZE
 from xlacache.errors import NotACacheError
 from xlacache.stores import Store
-from xlacache.units import format_size, parse_size
+from xlacache.units import SIZE_HELP, compact_size, format_size, parse_size
 
 
 def export(
@@ -91,9 +91,11 @@ def import_(
     max_entry_size: Annotated[
         str,
         typer.Option(
-            "--max-entry-size", help="Refuse members larger than this, unread (default 2GiB)."
+            "--max-entry-size",
+            metavar="SIZE",
+            help=f"Refuse members larger than this, unread ({SIZE_HELP}).",
         ),
-    ] = f"{MAX_ENTRY_SIZE}",
+    ] = compact_size(MAX_ENTRY_SIZE),
     as_json: JsonOpt = False,
     token: TokenOpt = None,
 ) -> None:
@@ -108,7 +110,7 @@ def import_(
       {"bundle": path, "store": URL, "imported": int, "skipped": int,
       "corrupt": int, "corrupt_keys": [KEY, ...]}
     """
-    cap = parse_size(max_entry_size)
+    cap = parse_size(max_entry_size, "--max-entry-size")
     with bundles.Bundle(bundle) as opened, _open_import_target(path, token) as store:
         url = store.url
         with progress("importing", len(opened.rows)) as advance:

@@ -22,6 +22,7 @@ from xlacache.cli.common import (
     StoreCommand,
     TokenOpt,
     entries_table,
+    local_path,
     open_cache,
     plural,
     print_json,
@@ -33,7 +34,7 @@ from xlacache.key import is_valid_key
 from xlacache.prefetch import prefetch_choice
 from xlacache.stores import EntryInfo, PrunePolicy, Store
 from xlacache.stores.base import VerifyReport, current_jaxlib
-from xlacache.units import format_size, parse_duration, parse_size
+from xlacache.units import DURATION_HELP, SIZE_HELP, format_size, parse_duration, parse_size
 
 MIN_KEY_PREFIX = 8
 SHOWN = 200  # entries prune shows in its table (--json: all)
@@ -81,6 +82,11 @@ def inspect_(
     (prefetch: the most recently used executables, oldest use first); with --json
       {"store": URL, "total": int, "prefetch": int, "bytes": int, "entries": [ENTRY, ...]}
     """
+    if would_load and local_path(path) is None:
+        raise BadInput(
+            f"--would-load reads a worker's own cache directory (what it prefetches at "
+            f"start-up); {path} is a shared store: give the worker's directory as PATH"
+        )
     with open_cache(path, readonly=True, token=token) as store:
         infos = sorted(store.list(), key=lambda i: (i.created, i.key), reverse=True)
         url = store.url
@@ -165,9 +171,9 @@ def _prune_policy(
     if stale and not jaxlib:
         raise BadInput("--stale needs jaxlib installed: it keeps what this jaxlib can load")
     return PrunePolicy(
-        max_size=None if max_size is None else parse_size(max_size),
-        older_than=None if older_than is None else parse_duration(older_than),
-        unused_for=None if unused_for is None else parse_duration(unused_for),
+        max_size=None if max_size is None else parse_size(max_size, "--max-size"),
+        older_than=None if older_than is None else parse_duration(older_than, "--older-than"),
+        unused_for=None if unused_for is None else parse_duration(unused_for, "--unused-for"),
         stale_for=jaxlib,
     )
 
@@ -176,13 +182,27 @@ def prune(
     path: PathArg,
     max_size: Annotated[
         str | None,
-        typer.Option("--max-size", help="Evict least recently used entries down to this size."),
+        typer.Option(
+            "--max-size",
+            metavar="SIZE",
+            help=f"Evict least recently used entries down to this size ({SIZE_HELP}).",
+        ),
     ] = None,
     older_than: Annotated[
-        str | None, typer.Option("--older-than", help="Remove entries created longer ago (7d).")
+        str | None,
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help=f"Remove entries created longer ago ({DURATION_HELP}).",
+        ),
     ] = None,
     unused_for: Annotated[
-        str | None, typer.Option("--unused-for", help="Remove entries not used for this long.")
+        str | None,
+        typer.Option(
+            "--unused-for",
+            metavar="DURATION",
+            help=f"Remove entries not used for this long ({DURATION_HELP}).",
+        ),
     ] = None,
     stale: Annotated[
         bool,
@@ -200,7 +220,8 @@ def prune(
 ) -> None:
     """Remove entries by total size (LRU), age, time since last use, or staleness.
 
-    Sizes: 10GB, 512MiB, 4096. Durations: 7d, 12h, 30m, 90s. --stale removes what the
+    Sizes and durations need a unit: 10GB, 512MiB, 4096B; 7d, 12h, 30m, 90s (0 alone
+    is allowed: --max-size 0 removes every entry). --stale removes what the
     installed jaxlib cannot load (after an upgrade: every older entry). With --dry-run
     the cache is opened read-only and nothing is removed; the table shows the first
     200 entries (--json lists every one).

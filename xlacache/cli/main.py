@@ -8,10 +8,12 @@ its own with a `register(app)`, added here.
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated
 
 import typer
 
+from xlacache import variables
 from xlacache._version import __version__
 from xlacache.cli import bundles, commands, explain, serve, trust
 from xlacache.cli.common import OneLineGroup
@@ -42,6 +44,7 @@ def _options(
     ] = False,
 ) -> None:
     """Inspect, maintain and serve xlacache compilation caches."""
+    variables.check_environment()  # a misspelled XLACACHE_* setting: one warning
 
 
 commands.register(app)
@@ -51,7 +54,14 @@ trust.register(app)
 serve.register(app)
 
 
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr, as errors are ('xlacache: warning: ...')."""
+    text = " ".join(str(message).split()).removeprefix("xlacache: ")
+    typer.echo(f"xlacache: warning: {text}", err=True)
+
+
 def main() -> None:
+    warnings.showwarning = _warning_line
     app(prog_name="xlacache")
 
 

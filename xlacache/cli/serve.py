@@ -62,7 +62,9 @@ def serve_command(**given) -> None:
     """Serve a cache directory, or a bucket, to remote workers over gRPC.
 
     Settings come from the command line, XLACACHE_SERVE_<NAME> environment variables
-    and a config file, in that order of precedence.
+    and a config file, in that order of precedence. A SIZE or DURATION needs its unit,
+    there too: 50GB, 512MiB, 4096B; 30s, 10m, 12h, 7d (0 alone is allowed). SIGHUP
+    reloads the token file (which is also reloaded when it changes).
     """
     from xlacache.server.config import load_config
 

@@ -11,12 +11,14 @@ executed. Names follow torch_xla so that code ports by changing imports::
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import jax as _jax
 
+from xlacache import config as _config
+from xlacache import variables as _variables
 from xlacache._version import LAZY_MIN_JAX, jax_too_old
+from xlacache.lazy_settings import lazy_setting as _lazy_setting
 
 if (_too_old := jax_too_old(_jax.__version__, LAZY_MIN_JAX, "xlacache.lazy")) is not None:
     raise ImportError(_too_old)
@@ -27,7 +29,7 @@ import torch  # noqa: E402
 # re-scans them, ~100-200 ms each, and a training loop that records thousands of IR nodes a step
 # triggers one every few steps. Move them to the permanent generation (``gc.freeze``): they are
 # modules, functions and classes, never garbage. ``XLACACHE_LAZY_GC_FREEZE=0`` turns this off.
-if os.environ.get("XLACACHE_LAZY_GC_FREEZE", "1") != "0":
+if _lazy_setting("gc_freeze"):
     import gc as _gc
 
     _gc.freeze()  # after jax's import (above): its objects are frozen too
@@ -153,7 +155,8 @@ def _cache_from_environment() -> None:
     """As torch_xla: ``XLA_PERSISTENT_CACHE_PATH`` (or ``XLACACHE_DIR``) alone turns the
     persistent cache on at import, read-only with ``XLA_PERSISTENT_CACHE_READ_ONLY=1`` (or
     ``XLACACHE_READONLY``); the other ``XLACACHE_*`` settings apply too."""
-    if not (os.environ.get("XLACACHE_DIR") or os.environ.get("XLA_PERSISTENT_CACHE_PATH")):
+    _variables.check_environment()  # a misspelled XLACACHE_* setting: one warning
+    if _config.env_value("path") is None:  # XLACACHE_DIR, XLA_PERSISTENT_CACHE_PATH
         return
     import xlacache
 

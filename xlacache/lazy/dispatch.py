@@ -16,13 +16,14 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
+
+from xlacache.lazy_settings import lazy_setting
 
 from . import metrics
 from .autocast import CPU_AUTOCAST_OPS, warn_cpu_autocast
@@ -39,7 +40,7 @@ aten = torch.ops.aten
 Handler = Callable[[tuple, dict], Any]
 SPECIAL: dict[Any, Handler] = {}
 _CORE_DECOMP = core_aten_decompositions()
-_FALLBACK = os.environ.get("XLACACHE_LAZY_FALLBACK", "1") != "0"
+_FALLBACK = lazy_setting("fallback")
 _warned_fallback: set[str] = STATE.warned_fallback
 
 
@@ -224,8 +225,10 @@ def _dynamic_shape(func: Any, args: tuple) -> bool:
 def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any:
     """Run ``func`` on CPU copies (a graph break), counted as ``aten::<op>`` like torch_xla."""
     name = func._schema.name
-    if warn and not _FALLBACK:
-        raise NotImplementedError(f"xlacache.lazy: no lowering for {func}")
+    if not _FALLBACK:  # data-dependent shapes (warn=False) too: every CPU run is an error
+        why = "no lowering" if warn else "an output shape that depends on the data"
+        raise NotImplementedError(f"xlacache.lazy: {func} would run on the CPU ({why}) and "
+                                  "XLACACHE_LAZY_FALLBACK=0 makes that an error")  # fmt: skip
     metrics.counter_inc(name)
     if warn and name not in _warned_fallback:
         _warned_fallback.add(name)

@@ -12,7 +12,6 @@ persistent store is consulted inside that compile.
 from __future__ import annotations
 
 import gc
-import os
 import time
 import warnings
 from collections import OrderedDict
@@ -27,6 +26,7 @@ import torch
 from jax import lax
 
 from xlacache import executables
+from xlacache.lazy_settings import lazy_setting
 
 from . import closures, metrics, rng
 from .distributed.agreement import agree
@@ -99,25 +99,7 @@ class ExecutableCache:
         return len(self._d)
 
 
-def _capacity_from_env() -> int:
-    raw = os.environ.get("XLA_COMPILATION_CACHE_SIZE", "").strip()
-    if not raw:
-        return 1024
-    try:
-        n = int(raw)
-        if n < 1:
-            raise ValueError
-    except ValueError:
-        warnings.warn(
-            f"xlacache.lazy: XLA_COMPILATION_CACHE_SIZE={raw!r} is not a positive integer; "
-            "using 1024",
-            stacklevel=2,
-        )
-        return 1024
-    return n
-
-
-EXECUTABLES = STATE.executables = ExecutableCache(_capacity_from_env())
+EXECUTABLES = STATE.executables = ExecutableCache(lazy_setting("compilation_cache_size"))
 
 
 def _fill(t: Any, ins: list[Any]) -> Any:

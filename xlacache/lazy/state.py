@@ -87,6 +87,7 @@ class RuntimeState:
     sequences: dict = _keep(dict)  # agreement: domain -> itertools.count
     last_sequence: dict = _keep(dict)  # agreement: domain -> last number used
     rounds: dict = _keep(dict)  # rendezvous: tag -> rounds so far
+    stdout_filter: Any = field(default=None, metadata=KEEP)  # quiet: Gloo's lines kept out
     # spmd/: whether SPMD is in use (then graph keys cover placements), the global mesh
     spmd: bool = field(default=False, metadata=KEEP)
     global_mesh: Any = field(default=None, metadata=KEEP)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from xlacache.lazy_settings import lazy_setting
 
 from . import closures, metrics
 from .executor import set_allow_execution, sync
@@ -108,7 +109,7 @@ class RateTracker:
 
     def __init__(self, smooth_factor: float | None = None) -> None:
         if smooth_factor is None:
-            smooth_factor = float(os.environ.get("RATE_TRACKER_SMOOTHING", "0.4"))
+            smooth_factor = lazy_setting("rate_tracker_smoothing")
         self._smooth = smooth_factor
         self._start = self._last = time.time()
         self._since_last = 0.0

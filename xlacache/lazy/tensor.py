@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import gc
 import itertools
-import os
 import time
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from xlacache.lazy_settings import lazy_setting
 
 from . import _device, metrics
 from .graph import Node
@@ -219,7 +220,7 @@ class PlainLazyTensor(LazyTensor):
 # after a barrier to the next barrier, the young-generation threshold is raised so that it
 # rarely runs (never switched off: a program that stops at no barrier still collects); the
 # barrier puts the thresholds back. ``XLACACHE_LAZY_GC_DEFER=0`` turns this off.
-_GC_DEFER = os.environ.get("XLACACHE_LAZY_GC_DEFER", "1") != "0"
+_GC_DEFER = lazy_setting("gc_defer")
 _GC_DEFERRED_THRESHOLD = 500_000
 
 

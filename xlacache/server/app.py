@@ -14,7 +14,7 @@ from grpc_reflection.v1alpha import reflection
 from xlacache._version import __version__
 from xlacache.protocol import SERVICE_NAME
 from xlacache.server import diskio
-from xlacache.server.auth import TokenTable
+from xlacache.server.auth import TokenFileWatcher, TokenTable
 from xlacache.server.config import ServerConfig, is_loopback, split_host_port
 from xlacache.server.limits import IdleMonitor, Watchdog
 from xlacache.server.listen import bind_failed, check_bindable, tls_credentials
@@ -48,6 +48,11 @@ class CacheServer:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
         self.tokens = TokenTable.load(config.tokens)
+        self.token_watcher = (
+            TokenFileWatcher(config.tokens, self.tokens, config.token_check_interval)
+            if config.tokens
+            else None
+        )
         # Everything that can refuse to start is checked before anything starts.
         credentials = tls_credentials(config)
         check_bindable(config.listen, "gRPC")
@@ -170,6 +175,8 @@ class CacheServer:
             self.http.start()
         if self.config.reconcile_interval > 0:
             self._reconciler.start()
+        if self.token_watcher:
+            self.token_watcher.start()
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         self.state = "serving"
@@ -204,6 +211,8 @@ class CacheServer:
         self.grpc_server.stop(grace).wait()
         self._stopped.set()
         self.watchdog.stop()
+        if self.token_watcher:
+            self.token_watcher.stop()
         self.overview.history.stop()
         self.idle.stop()
         if self.http:
@@ -220,15 +229,21 @@ class CacheServer:
         log.info("stopped")
 
     def serve_forever(self) -> None:
-        """Run until SIGTERM or SIGINT, then shut down gracefully."""
+        """Run until SIGTERM or SIGINT, then shut down gracefully; SIGHUP reloads the
+        token file."""
         stop = threading.Event()
 
         def on_signal(signum, _frame):
             log.info("received %s", signal.Signals(signum).name)
             stop.set()
 
+        def on_hangup(_signum, _frame):
+            if self.token_watcher:
+                self.token_watcher.reload_now()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
+        signal.signal(signal.SIGHUP, on_hangup)
         self.start()
         while not stop.wait(1.0):
             pass

@@ -17,6 +17,14 @@ file the server is open: every caller is admin (only allowed on loopback unless
 
 The HTTP side (`status_page`) takes the same tokens, as `Authorization: Bearer TOKEN` or
 HTTP basic auth with the token as the password (`http_principal`).
+
+Rotation without a restart (`TokenFileWatcher`): the server reads its token file again
+every `--token-check-interval` and on SIGHUP, and when its content changed, swaps the whole
+table at once (a call sees the old table or the new one, never a mix). A new file that
+would not load (malformed, empty, unreadable, or gone for a moment) keeps the old table
+and logs why, once. The file is read by its path, so a Kubernetes Secret mounted as a
+volume, which the kubelet updates by swapping a symlink (`..data`), is seen like an edit
+in place; an inotify watch on the old file would not see it.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ import base64
 import binascii
 import enum
 import hashlib
+import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +42,7 @@ from xlacache.entry import is_sha256_hex
 from xlacache.errors import ConfigError, PermissionDeniedError, UnauthenticatedError
 
 MIN_TOKEN_LENGTH = 16
+log = logging.getLogger("xlacache.server")
 
 
 class Role(enum.IntEnum):
@@ -71,6 +82,10 @@ class TokenTable:
 
     def __len__(self) -> int:
         return len(self._by_digest)
+
+    def replace_with(self, other: TokenTable) -> None:
+        """Take `other`'s tokens, all at once: every lookup reads the table once."""
+        self._by_digest = other._by_digest
 
     @classmethod
     def load(cls, path: str | Path | None) -> TokenTable:
@@ -123,7 +138,8 @@ class TokenTable:
 
     def authenticate(self, metadata) -> Principal:
         """The principal named by the `authorization: Bearer ...` metadata entry."""
-        if self.open:
+        table = self._by_digest  # one table for the whole call (a reload swaps it)
+        if not table:
             return OPEN
         header = None
         for key, value in metadata or ():
@@ -135,7 +151,7 @@ class TokenTable:
         scheme, _, token = str(header).partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise UnauthenticatedError("authorization metadata must be 'Bearer <token>'")
-        principal = self._by_digest.get(token_digest(token.strip()))
+        principal = table.get(token_digest(token.strip()))
         if principal is None:
             raise UnauthenticatedError("unknown token")
         return principal
@@ -143,7 +159,8 @@ class TokenTable:
     def http_principal(self, authorization: str | None) -> Principal | None:
         """Who an HTTP `Authorization` header names (`Bearer TOKEN`, or basic auth with
         the token as the password; any user name), or None. Open server: anyone."""
-        if self.open:
+        table = self._by_digest
+        if not table:
             return OPEN
         scheme, _, value = (authorization or "").strip().partition(" ")
         token = value.strip()
@@ -154,7 +171,7 @@ class TokenTable:
                 return None
         elif scheme.lower() != "bearer":
             return None
-        return self._by_digest.get(token_digest(token)) if token else None
+        return table.get(token_digest(token)) if token else None
 
     def authorize(self, metadata, needed: Role) -> Principal:
         return self.permit(self.authenticate(metadata), needed)
@@ -172,3 +189,71 @@ class TokenTable:
 
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenFileWatcher:
+    """Reloads `table` from the token file at `path` when its content changes (looked at
+    every `interval` seconds; 0: only when asked) and whenever `reload_now()` is called
+    (SIGHUP). A file that does not load keeps the table as it is, logged once per problem."""
+
+    def __init__(self, path: str | Path, table: TokenTable, interval: float) -> None:
+        self.path = Path(path)
+        self.table = table
+        self.interval = interval
+        data = self._read()  # the table is what this content gives, so no change is missed
+        table.replace_with(TokenTable.parse(data.decode(), source=str(self.path)))
+        self._digest = hashlib.sha256(data).digest()
+        self._problem: str | None = None
+        self._forced = False
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="xlacache-tokens", daemon=True)
+
+    def _read(self) -> bytes:
+        return self.path.read_bytes()  # by path: follows a swapped symlink
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def reload_now(self) -> None:
+        """Read the file again at once, changed or not (safe to call from a signal handler)."""
+        self._forced = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self.interval if self.interval > 0 else None)
+            self._wake.clear()
+            if self._stopped.is_set():
+                return
+            forced, self._forced = self._forced, False
+            self.check(forced)
+
+    def check(self, forced: bool = False) -> bool:
+        """Reload if the content changed (or `forced`); whether the table was replaced."""
+        try:
+            data = self._read()
+            digest = hashlib.sha256(data).digest()
+            if digest == self._digest and not forced:
+                return False
+            new = TokenTable.parse(data.decode(), source=str(self.path))
+        except (OSError, UnicodeDecodeError, ConfigError) as exc:
+            problem = f"{exc.strerror}: {self.path}" if isinstance(exc, OSError) else str(exc)
+            if problem != self._problem or forced:
+                log.error(
+                    "token file not reloaded (%s); still serving the %d tokens loaded before",
+                    problem, len(self.table),
+                )  # fmt: skip
+            self._problem = problem
+            return False
+        before = len(self.table)
+        self.table.replace_with(new)
+        self._digest, self._problem = digest, None
+        log.info("token file %s reloaded: %d tokens (%d before)", self.path, len(new), before)
+        return True

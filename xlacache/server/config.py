@@ -26,9 +26,10 @@ from xlacache.errors import ConfigError
 from xlacache.protocol import DEFAULT_PORT
 from xlacache.signing import TrustedKeys, load_trusted_keys
 from xlacache.stores.durability import fsync_mode
-from xlacache.units import format_size
+from xlacache.units import compact_size
 
 ENV_PREFIX = "XLACACHE_SERVE_"  # XLACACHE_SERVE_<SETTING> for every setting
+CONFIG_VARIABLE = f"{ENV_PREFIX}CONFIG"  # names a config file (--config)
 DEFAULT_METRICS_PORT = 9090
 LOOPBACK_NAMES = {"localhost"}
 
@@ -66,6 +67,9 @@ SERVER_SETTINGS: tuple[Setting, ...] = (
     _serve("tls_client_ca", FILE, None, "Require client certificates signed by this CA (mTLS)."),
     _serve("tokens", FILE, None, "Token file: lines of 'ROLE TOKEN [NAME]' "
            "(read|write|admin|metrics; tokens of 16+ characters); none: the server is open."),
+    _serve("token_check_interval", DURATION, 2.0, "How often the token file is read for "
+           "changes: a changed file is reloaded at once, a malformed one keeps the tokens "
+           "loaded before (0: only on SIGHUP, which always reloads)."),
     _serve("require_signed_by", KEYS, None, "Accept only uploads signed by one of these keys "
            "(comma-separated key texts or files, as XLACACHE_TRUSTED_KEYS); others get "
            "PERMISSION_DENIED."),
@@ -103,7 +107,7 @@ def show_default(setting: Setting) -> str | None:
     if value in (None, ""):
         return None
     if setting.kind is SIZE:
-        return format_size(value).replace(" ", "").replace(".0", "")
+        return compact_size(value)
     if setting.kind is DURATION:
         return f"{value:g}s"
     if setting.kind is BOOL:
@@ -181,24 +185,30 @@ ServerConfig = make_dataclass(
 ServerConfig.__doc__ = "The settings of one `xlacache serve`: a field per row of SERVER_SETTINGS."
 
 
-def _convert(name: str, value: Any) -> Any:
+def _convert(name: str, value: Any, spelled: str) -> Any:
+    """`value` of setting `name` parsed; errors call it `spelled` (the option, variable or
+    config file key the user wrote)."""
+    kind = SERVER_BY_NAME[name].kind
     if value is None:
         return None
+    if kind in (SIZE, DURATION) and isinstance(value, (int, float)):
+        value = str(value)  # a number in a config file needs its unit, as on the command line
     try:
-        return SERVER_BY_NAME[name].kind.parse(value, name)
+        return kind.parse(value, spelled)
     except ConfigError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
+        text = str(exc)
+        raise ConfigError(text if text.startswith(spelled) else f"{spelled}: {text}") from None
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"invalid {name}: {value!r}") from exc
+        raise ConfigError(f"invalid {spelled}: {value!r}") from exc
 
 
-def _known(source: str, values: Mapping[str, Any]) -> dict[str, Any]:
+def _known(source: str, values: Mapping[str, Any], spell=lambda raw: raw) -> dict[str, Any]:
     out = {}
     for raw_name, value in values.items():
         name = raw_name.replace("-", "_")
         if name not in SERVER_BY_NAME:
             raise ConfigError(f"unknown setting {raw_name!r} in {source}")
-        out[name] = _convert(name, value)
+        out[name] = _convert(name, value, spell(raw_name))
     return out
 
 
@@ -227,7 +237,7 @@ def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a table of settings")
     data = data.get("serve", data)
-    return _known(str(path), data)
+    return _known(str(path), data, spell=lambda name: f"{name} ({path})")
 
 
 def serve_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -239,7 +249,11 @@ def serve_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
 def env_settings(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Settings from XLACACHE_SERVE_<NAME> variables (names that are no setting are ignored)."""
     found = serve_env(env)
-    return _known("the environment", {k: v for k, v in found.items() if k in SERVER_BY_NAME})
+    return _known(
+        "the environment",
+        {k: v for k, v in found.items() if k in SERVER_BY_NAME},
+        spell=lambda name: f"{ENV_PREFIX}{name.upper()}",
+    )
 
 
 def load_config(
@@ -257,7 +271,11 @@ def load_config(
         merged.update(read_config_file(config_file))
     merged.update(env_settings(env))
     merged.update(
-        _known("the command line", {k: v for k, v in (cli or {}).items() if v is not None})
+        _known(
+            "the command line",
+            {k: v for k, v in (cli or {}).items() if v is not None},
+            spell=lambda name: f"--{name.replace('_', '-')}",
+        )
     )
     return replace(ServerConfig(), **merged).validate()
 

@@ -31,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from xlacache.config import parse_bool
 from xlacache.errors import ConfigError
 
 log = logging.getLogger("xlacache")
@@ -42,10 +43,6 @@ EARLY_BATCH = 4096  # pending entries that start a batch before its time
 RECENT_SECONDS = 60.0  # with fsync off: entries younger than this are synced by sync()
 RECENT_MAX = 10_000  # ... and at most this many (the oldest are the kernel's by then)
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no"}
-
-
 def fsync_mode(value: bool | str) -> str:
     """The mode `value` names: a mode, or a boolean (true: always, false: off)."""
     if isinstance(value, bool):
@@ -53,11 +50,10 @@ def fsync_mode(value: bool | str) -> str:
     text = str(value).strip().lower()
     if text in MODES:
         return text
-    if text in _TRUE:
-        return ALWAYS
-    if text in _FALSE:
-        return OFF
-    raise ConfigError(f"expected always, background or off, not {value!r}")
+    try:
+        return ALWAYS if parse_bool(text) else OFF  # the words of every boolean setting
+    except ConfigError:
+        raise ConfigError(f"expected always, background or off, not {value!r}") from None
 
 
 def fsync_path(path: Path) -> None:

@@ -125,8 +125,9 @@ class GCSStore(Store):
 
     `create`: a writable store creates the marker when missing; a read-only one with
     create=True accepts a prefix nobody has written yet (a reader that starts before
-    its writer), with create=False it must exist. `token` goes to gcsfs (a key file,
-    "anon", "google_default", ...); unset, anonymous against an emulator
+    its writer); with create=False (the CLI) the prefix must hold the marker or nothing
+    at all (an empty cache, before its first write), and no marker is made. `token`
+    goes to gcsfs (a key file, "anon", "google_default", ...); unset, anonymous against an emulator
     (STORAGE_EMULATOR_HOST), else Application Default Credentials. `timeout` is the
     deadline of a metadata call, retries included; a transfer adds its size over
     `min_rate` (bytes/s). `touch_interval` (seconds; 0 turns it off) rate-limits the
@@ -167,8 +168,10 @@ class GCSStore(Store):
             if not create:
                 if not self.objects.bucket_exists():
                     raise NotACacheError(f"{self.url}: no such bucket {self.objects.bucket!r}")
-                raise NotACacheError(f"{self.url} is not an xlacache cache (no {MARKER})")
-            if not readonly:
+                if next(iter(self.objects.list(page_size=1)), None) is not None:
+                    raise NotACacheError(f"{self.url} is not an xlacache cache (no {MARKER})")
+                # An empty prefix is an empty cache: nothing written there yet.
+            elif not readonly:
                 self._create_marker()
 
     # -- Store interface ---------------------------------------------------------------

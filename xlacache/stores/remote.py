@@ -132,8 +132,10 @@ class GrpcStore(Store):
             ("grpc.use_local_subchannel_pool", 1),
         ]
         self.tls = tls
+        self._client_cert = False
         if tls:
             env = config.remote_tls_files()
+            self._client_cert = bool(tls_cert or env["tls_cert"])
             creds = grpc.ssl_channel_credentials(
                 root_certificates=_read(tls_ca or env["tls_ca"], "tls_ca (XLACACHE_TLS_CA)"),
                 private_key=_read(tls_key or env["tls_key"], "tls_key (XLACACHE_TLS_KEY)"),
@@ -423,14 +425,37 @@ class GrpcStore(Store):
             else:
                 self.breaker.success()  # the server answered, if only to refuse
             error = status.error_from_rpc(exc, self.url)
-            if self.tls and code == Code.UNAVAILABLE and "handshake" in str(error).lower():
-                error = StoreUnavailableError(f"{error} ({TLS_HINT})")
+            hint = _connection_hint(str(error), self.tls, self._client_cert)
+            if code == Code.UNAVAILABLE and hint:  # the type stays; the words say what to do
+                error = StoreUnavailableError(f"{error} ({hint})")
             raise error from None
         except BaseException:
             self.breaker.success()  # the server answered; the trouble is ours
             raise
         self.breaker.success()
         return result
+
+
+def _connection_hint(text: str, tls: bool, client_cert: bool) -> str | None:
+    """What to do about a connection gRPC could not make, from its words (a hint only: the
+    error's type and status are what code decides by)."""
+    if "Socket closed" in text:  # the server hung up during the handshake
+        if not tls:
+            return (
+                "a TLS server closes plain connections: if it uses TLS, the URL is grpcs://... "
+                "(with --tls-ca or XLACACHE_TLS_CA for a private CA)"
+            )
+        if not client_cert:
+            return (
+                "a mutual-TLS server closes connections without a client certificate: pass "
+                "--tls-cert and --tls-key (XLACACHE_TLS_CERT, XLACACHE_TLS_KEY; docs/trust.md)"
+            )
+        return "a mutual-TLS server refused the client certificate (--tls-cert): its CA differs"
+    if tls and "WRONG_VERSION_NUMBER" in text:
+        return "the server does not use TLS: the URL is grpc://..."
+    if tls and "handshake" in text.lower():
+        return TLS_HINT
+    return None
 
 
 def _info(message: pb.EntryInfo) -> EntryInfo:

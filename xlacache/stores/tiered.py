@@ -89,6 +89,7 @@ class TieredStore(Store):
         if not (self.readonly or self.local.readonly):
             try:
                 self.local.put(key, blob)
+                self.local.record_hit(key)  # the local copy was used: last use, a hit
             except (CacheError, OSError) as exc:
                 counters.record_error(kind_of(exc), exc)
         return blob

@@ -56,7 +56,7 @@ def agree(key: bytes, what: str, domain: str = "runs", inputs: bytes = b"") -> N
     kv = env.client()
     mine = f"{key.hex()}/{inputs.hex()} {what}"
     kv.key_value_set(_key(domain, n, job.rank), mine)
-    timeout = env.timeout_s("XLACACHE_COLLECTIVE_TIMEOUT", 300)
+    timeout = env.lazy_setting("collective_timeout")
     theirs: dict[int, str] = {}
     for r in range(job.world):
         if r == job.rank:

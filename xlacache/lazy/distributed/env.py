@@ -19,7 +19,10 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from xlacache.lazy_settings import lazy_setting
+
 from ..state import STATE
+from . import quiet
 
 AXIS = "xlacache_processes"  # the process mesh's axis name, in every collective's lowering
 
@@ -32,18 +35,6 @@ def _env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"xlacache.lazy: {name}={raw!r} is not an integer") from None
-
-
-def timeout_s(name: str, default: float) -> float:
-    """A timeout from the environment (seconds), ``default`` when unset."""
-    raw = os.environ.get(name, "").strip()
-    try:
-        value = float(raw) if raw else default
-    except ValueError:
-        raise ValueError(f"xlacache.lazy: {name}={raw!r} is not a number of seconds") from None
-    if value <= 0:
-        raise ValueError(f"xlacache.lazy: {name} must be positive, got {raw!r}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -63,7 +54,7 @@ def job_from_env() -> Job:
         raise ValueError(f"xlacache.lazy: RANK={rank} is not a rank of WORLD_SIZE={world}")
     local_rank = _env_int("LOCAL_RANK", rank)
     local_world = _env_int("LOCAL_WORLD_SIZE", world)
-    coordinator = os.environ.get("XLACACHE_COORDINATOR") or None
+    coordinator = lazy_setting("coordinator")
     if coordinator is None and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
         coordinator = f"{os.environ['MASTER_ADDR']}:{_env_int('MASTER_PORT', 0) + 1}"
     return Job(rank, world, local_rank, local_world, coordinator)
@@ -72,12 +63,8 @@ def job_from_env() -> Job:
 def configure_devices() -> None:
     """``CPU_NUM_DEVICES`` -> ``jax_num_cpu_devices``, unless the script set it or JAX's
     backend already started (then the count it started with stays)."""
-    raw = os.environ.get("CPU_NUM_DEVICES", "").strip()
-    if not raw:
+    if (n := lazy_setting("cpu_num_devices")) is None:
         return
-    n = _env_int("CPU_NUM_DEVICES", 0)
-    if n < 1:
-        raise ValueError(f"xlacache.lazy: CPU_NUM_DEVICES={raw!r} must be a positive integer")
     import jax
     from jax._src import xla_bridge
 
@@ -120,10 +107,11 @@ def start(job: Job) -> None:
             coordinator_bind_address=job.coordinator
             if host in ("127.0.0.1", "localhost")
             else None,
-            initialization_timeout=int(timeout_s("XLACACHE_INIT_TIMEOUT", 60)),
-            heartbeat_timeout_seconds=int(timeout_s("XLACACHE_HEARTBEAT_TIMEOUT", 10)),
-            shutdown_timeout_seconds=int(timeout_s("XLACACHE_SHUTDOWN_TIMEOUT", 30)),
+            initialization_timeout=int(lazy_setting("init_timeout")),
+            heartbeat_timeout_seconds=int(lazy_setting("heartbeat_timeout")),
+            shutdown_timeout_seconds=int(lazy_setting("shutdown_timeout")),
         )
+        quiet.install()  # Gloo's "[Gloo] Rank N is connected" lines, unless asked for
     STATE.job = job
 
 

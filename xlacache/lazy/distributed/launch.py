@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from . import env
+from . import env, quiet
 
 MAX_CPU_PROCESSES = 8
 _GRACE_S = 5.0
@@ -110,6 +110,7 @@ def _worker(fn: Callable[..., Any], index: int, args: tuple, conn: Connection) -
         conn.close()
         sys.stdout.flush()
         sys.stderr.flush()
+        quiet.restore()  # what the filter holds reaches the terminal before _exit
         os._exit(1)  # skip jax.distributed's shutdown barrier: the parent stops the others
     try:
         _send(conn, ("ok", result, ""))

@@ -27,7 +27,7 @@ def rendezvous(tag: str, payload: bytes = b"", replicas: Any = None) -> list[byt
     base = f"xlacache/rendezvous/{tag}/{n}"
     client = env.client()
     client.key_value_set_bytes(f"{base}/{job.rank}", bytes(payload))
-    timeout = env.timeout_s("XLACACHE_RENDEZVOUS_TIMEOUT", 300)
+    timeout = env.lazy_setting("rendezvous_timeout")
     out: list[bytes] = []
     for r in range(job.world):
         try:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from xlacache.config import parse_bool
 from xlacache.lazy import SampleGenerator
 
 __all__ = ["SampleGenerator", "getenv_as"]
@@ -17,5 +18,5 @@ def getenv_as(name: str, kind: Callable[[str], Any], defval: Any = None) -> Any:
     if value is None:
         return defval
     if kind is bool:
-        return value.strip().lower() in ("1", "true", "yes", "on")
+        return parse_bool(value, name)  # the words of every boolean setting; others raise
     return kind(value)
