@@ -60,6 +60,7 @@ def initialize_cache(
                 f"xlacache is already initialized ({_config.describe()}); "
                 f"cannot re-initialize with ({resolved.describe()})"
             )
+        counters.set_strict(resolved.strict)
         cache = assemble.open_cache(resolved)  # ConfigError (keys): nothing is set
         _config = resolved
         log.info("xlacache: %s (%s)", resolved.role, resolved.role_origin)
@@ -78,7 +79,9 @@ def stats() -> dict:
     """This process's cache figures: every key of `counters.FIELDS` (hits, misses,
     writes, bytes, compile seconds spent and saved, ...; zero until counted), errors by
     kind, explained misses by reason, and `initialized`: False until `initialize_cache`
-    ran (then nothing is cached and every figure stays zero)."""
+    ran (then nothing is cached and every figure stays zero). In strict mode it raises
+    what a background thread kept (`counters.raise_deferred`)."""
+    counters.raise_deferred()  # strict mode: what a background thread hid
     return {"initialized": _config is not None, **counters.snapshot()}
 
 
@@ -115,3 +118,4 @@ def _reset_for_tests() -> None:
             _cache.close()
         _config = None
         _cache = None
+        counters.set_strict(None)

@@ -169,6 +169,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("writer_grace", DURATION, None, ("XLACACHE_WRITER_GRACE",),
             "how long a reader waits for a writer to start compiling a program (default "
             "10s for readers by rank or role, 0 for readonly)", "docs/pods.md"),
+    Setting("strict", BOOL, False, ("XLACACHE_STRICT",),
+            "raise StrictModeError where a fallback would hide an exception (tests, "
+            "debugging): no cache failure is absorbed", "README.md"),
 )  # fmt: skip
 BY_NAME = {s.name: s for s in SETTINGS}
 

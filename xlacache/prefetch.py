@@ -154,6 +154,7 @@ class Prefetcher:
         thread.start()
         return thread
 
+    @counters.background("prefetch")
     def _run(self, keys, job, room: int, load_entry, ready, patience: float) -> None:
         try:
             if job and room > 0:
@@ -190,6 +191,7 @@ class Prefetcher:
             self._pool = pool
         pool.shutdown(wait=False)  # its threads end when the downloads are done
 
+    @counters.background("prefetch.download")
     def _download(self, key: str) -> Fetched | None:
         """The shared store's entry, read without counting a use (kept in the local
         directory too, unless read-only, by another task: loading does not wait on it)."""
@@ -198,7 +200,8 @@ class Prefetcher:
             if blob is None:
                 return None
             found = entry.decode(blob, key, check_body=False)  # the store verified it
-        except Exception:  # noqa: BLE001 - the request reads it again, and counts a failure
+        except Exception as exc:  # noqa: BLE001 - the request reads it again (`get`, not
+            counters.hidden("prefetch.download", exc)  # `peek`), and counts a failure
             return None
         local = self.local
         if local is not None and not (self.readonly or local.readonly):
@@ -213,7 +216,8 @@ class Prefetcher:
             if blob is None:
                 return None
             return Fetched(key, blob, entry.decode(blob, key, check_body=False), self.local, False)
-        except Exception:  # noqa: BLE001 - the request reads it again, and counts a failure
+        except Exception as exc:  # noqa: BLE001 - the request reads it again (`get`, not
+            counters.hidden("prefetch.read", exc)  # `peek`), and counts a failure
             return None
 
     def _load_one(self, key: str, load_entry) -> Prefetched | None:
@@ -229,7 +233,8 @@ class Prefetcher:
                 return Prefetched(fetched, None)
         try:
             return Prefetched(fetched, load_entry(fetched.found))
-        except Exception:  # noqa: BLE001 - the request loads (and counts) it itself
+        except Exception as exc:  # noqa: BLE001 - the request loads (and counts) it itself,
+            counters.hidden("prefetch.load", exc)  # but with its own loader, not `load_entry`
             return Prefetched(fetched, None)
 
     def take(self, key: str) -> Prefetched | None:
@@ -259,6 +264,7 @@ class Prefetcher:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+@counters.background("prefetch.keep")
 def _keep(local: Store, key: str, blob: bytes) -> None:
     """Write a downloaded entry into the local directory (the next run finds it there)."""
     try:
@@ -292,6 +298,7 @@ class JobRecorder:
             self._pending.append(key)
             self._cond.notify()
 
+    @counters.background("job.record")
     def _loop(self) -> None:
         while True:
             with self._cond:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import time
 
+from xlacache import counters
 from xlacache.stores.gcs_objects import GCSObjects
 from xlacache.stores.leases import (
     Grant,
@@ -135,9 +136,12 @@ class GCSLeases(LeaseTable):
 
 
 def _record(data: bytes) -> dict:
+    """A lease object's record; an unreadable one protects nothing (`counters.hidden`:
+    lease objects are written whole, so that is another writer's bug)."""
     try:
         record = json.loads(data)
-    except ValueError:
+    except ValueError as exc:
+        counters.hidden("lease.record", exc)
         return {}
     return record if isinstance(record, dict) else {}
 

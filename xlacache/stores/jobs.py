@@ -28,7 +28,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xlacache.errors import InvalidRequestError
+from xlacache import counters
+from xlacache.errors import CacheError, InvalidRequestError
 from xlacache.key import is_valid_key
 
 if TYPE_CHECKING:
@@ -158,3 +159,8 @@ class GCSJobs(JobLog):
             data = json.dumps(merge(manifest, run, keys)).encode()
             if self.objects.replace(name, data, generation, deadline=self.timeout) is not None:
                 return
+        counters.add("job_records_dropped")  # other writers kept winning: these keys wait
+        counters.hidden(
+            "job.record",
+            CacheError(f"{name}: lost {_RETRIES} races with other writers; record dropped"),
+        )

@@ -345,6 +345,7 @@ class HeldLease:
         self._thread = threading.Thread(target=self._beat, name="xlacache-lease", daemon=True)
         self._thread.start()
 
+    @counters.background("lease.renew")
     def _beat(self) -> None:
         while not self._stop.wait(self.ttl / 3):
             try:

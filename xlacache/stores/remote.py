@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 import grpc
 
-from xlacache import config, entry
+from xlacache import config, counters, entry
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache._proto.v1 import cache_pb2_grpc as pb_grpc
 from xlacache.errors import (
@@ -380,6 +380,7 @@ class GrpcStore(Store):
                 )
                 self._toucher.start()
 
+    @counters.background("remote.touch")
     def _touch_loop(self) -> None:
         while not self._closed.wait(TOUCH_EVERY):
             self._send_touches()
@@ -391,8 +392,9 @@ class GrpcStore(Store):
             request = pb.TouchRequest(keys=keys)
             try:
                 self._call(lambda: self._unary(self._stub.Touch, request))
-            except CacheError as exc:
+            except CacheError as exc:  # use records only
                 log.debug("touch of %d entries failed: %s", len(keys), exc)
+                counters.hidden("remote.touch", exc)
 
     def close(self) -> None:
         self._closed.set()

@@ -11,7 +11,6 @@ LeaseHold gets plain Lease acquires (its leases then end by their ttl alone).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -122,6 +121,7 @@ class GrpcLeases(LeaseTable):
         )  # fmt: skip
         thread.start()
 
+    @counters.background("lease.hold")
     def _keep(self, name: str, holder: str, call: grpc.Call, request: pb.LeaseRequest) -> None:
         """Read the hold's heartbeats; open another when the server asks (rebind)."""
         while True:
@@ -129,14 +129,19 @@ class GrpcLeases(LeaseTable):
             try:
                 for reply in call:
                     rebind = reply.rebind
-            except grpc.RpcError:
-                return  # released (we cancelled it), or the server went away: the ttl holds
+            except grpc.RpcError as exc:
+                with self._lock:
+                    ours = self._holds.get((name, holder)) is call
+                if ours:  # not released (we cancel after): the server went away, the ttl holds
+                    counters.hidden("lease.hold", exc)
+                return
             with self._lock:
                 if self._holds.get((name, holder)) is not call or not rebind:
                     return
             try:
                 call, reply = self._open(request)  # our own lease: granted again
-            except (CacheError, _Unimplemented):
+            except (CacheError, _Unimplemented) as exc:
+                counters.hidden("lease.hold", exc)  # the ttl holds it
                 return
             with self._lock:
                 if self._holds.get((name, holder)) is None or not reply.granted:
@@ -171,8 +176,10 @@ class GrpcLeases(LeaseTable):
         request = pb.LeaseWaitRequest(
             key=name, done=True, loaded=loaded, waited_seconds=seconds, wake_seconds=wake_seconds
         )
-        with contextlib.suppress(CacheError):  # figures only
+        try:
             self._unary(request, self.store.timeout)
+        except CacheError as exc:  # figures only
+            counters.hidden("lease.report", exc)
 
     def close(self) -> None:
         with self._lock:

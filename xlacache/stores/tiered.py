@@ -218,6 +218,7 @@ class TieredStore(Store):
                 self._thread.start()
             self._cond.notify_all()
 
+    @counters.background("upload")
     def _upload_loop(self) -> None:
         while True:
             with self._cond:
