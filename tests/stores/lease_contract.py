@@ -27,6 +27,7 @@ import pytest
 from tests.conftest import make_key
 from tests.waiting import wait_for
 from xlacache import counters
+from xlacache.errors import InvalidKeyError
 from xlacache.stores.leases import LeaseTable, Wake
 
 CHILD_SECONDS = 60.0
@@ -81,7 +82,7 @@ class LeaseContract:
         table.release(make_key(3), "holder-b")
 
     def test_malformed_names_are_refused(self, table):
-        with pytest.raises(ValueError):
+        with pytest.raises(InvalidKeyError):
             table.acquire("../../etc/passwd", "holder-a", 30)
 
     def test_of_many_concurrent_acquirers_one_wins(self, table):

@@ -29,6 +29,7 @@ import uuid
 from pathlib import Path
 
 from xlacache import counters
+from xlacache.key import check_key
 from xlacache.stores.leases import (
     HOST,
     Grant,
@@ -36,7 +37,6 @@ from xlacache.stores.leases import (
     LeaseTable,
     Waited,
     Wake,
-    check_name,
     clamp_ttl,
 )
 
@@ -54,7 +54,7 @@ class DirLeases(LeaseTable):
         self._lock = threading.Lock()
 
     def _path(self, name: str) -> Path:
-        return self.dir / f"{check_name(name)}.lock"
+        return self.dir / f"{check_key(name)}.lock"
 
     # -- holding ---------------------------------------------------------------------------
 

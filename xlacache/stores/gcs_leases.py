@@ -28,13 +28,13 @@ import json
 import time
 
 from xlacache import counters
+from xlacache.key import check_key
 from xlacache.stores.gcs_objects import GCSObjects
 from xlacache.stores.leases import (
     Grant,
     LeaseState,
     LeaseTable,
     Wake,
-    check_name,
     clamp_ttl,
 )
 
@@ -120,7 +120,7 @@ class GCSLeases(LeaseTable):
     # -- helpers -------------------------------------------------------------------------
 
     def _object(self, name: str) -> str:
-        return LEASES + check_name(name)
+        return LEASES + check_key(name)
 
     def _body(self, holder: str, ttl: float, since: float) -> bytes:
         ttl = clamp_ttl(ttl)

@@ -20,15 +20,14 @@ import grpc
 from xlacache import counters
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import CacheError, StoreUnavailableError
+from xlacache.key import check_key
 from xlacache.protocol import status
 from xlacache.stores.leases import (
-    POLLS,
     Grant,
     LeaseState,
     LeaseTable,
     Waited,
     Wake,
-    check_name,
     poll_interval,
 )
 
@@ -169,7 +168,7 @@ class GrpcLeases(LeaseTable):
         counters.add("lease_polls")  # answered at once: we poll
         if wake is Wake.HELD or free:
             left = timeout - (time.monotonic() - start)
-            time.sleep(max(0.0, min(left, max(poll_interval(0.0), POLLS.reserve()))))
+            time.sleep(max(0.0, min(left, max(poll_interval(0.0), self.polls.reserve()))))
         return Waited(wake, holder=reply.holder)
 
     def report_wait(self, name: str, loaded: bool, seconds: float, wake_seconds: float) -> None:
@@ -190,7 +189,7 @@ class GrpcLeases(LeaseTable):
     # -- plumbing --------------------------------------------------------------------------
 
     def _ask(self, name: str, wait: float, free: bool) -> pb.LeaseWaitResponse:
-        request = pb.LeaseWaitRequest(key=check_name(name), wait_seconds=wait, free=free)
+        request = pb.LeaseWaitRequest(key=check_key(name), wait_seconds=wait, free=free)
         return self._unary(request, wait + self.store.timeout)
 
     def _unary(self, request: pb.LeaseWaitRequest, timeout: float) -> pb.LeaseWaitResponse:
@@ -199,7 +198,7 @@ class GrpcLeases(LeaseTable):
 
     def _request(self, name: str, holder: str, action, ttl: float) -> pb.LeaseRequest:
         self.store._writable()
-        return pb.LeaseRequest(key=check_name(name), holder=holder, action=action, ttl_seconds=ttl)
+        return pb.LeaseRequest(key=check_key(name), holder=holder, action=action, ttl_seconds=ttl)
 
     def _lease(self, request: pb.LeaseRequest) -> pb.LeaseResponse:
         store = self.store
