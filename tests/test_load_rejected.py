@@ -6,6 +6,8 @@ tests/test_jax_cache.py::test_an_entry_jax_cannot_load_is_counted_explained_and_
 
 import warnings
 
+import pytest
+
 from tests.conftest import make_blob
 from xlacache import counters, entry
 from xlacache.cache import CompilationCache, Outcome
@@ -34,6 +36,7 @@ def ask(cache: CompilationCache, key: str, fresh: bytes, rejects: set[bytes]):
     return got, len(compiles)
 
 
+@pytest.mark.fallback
 def test_a_rejected_entry_is_replaced_by_the_fresh_compile(tmp_path):
     store = LocalStore(tmp_path / "c")
     key, blob = make_blob(1, payload=b"rejected")
@@ -48,6 +51,7 @@ def test_a_rejected_entry_is_replaced_by_the_fresh_compile(tmp_path):
     assert counters.snapshot()["errors"] == {"load_rejected": 1}
 
 
+@pytest.mark.fallback
 def test_a_fresh_executable_the_loader_rejects_too_is_not_stored(tmp_path):
     store = LocalStore(tmp_path / "c")
     key, blob = make_blob(1, payload=b"rejected")

@@ -134,6 +134,7 @@ def test_an_expired_lease_is_taken_over_and_counted(tmp_path):
     assert figures["wait_seconds"] > 0 and figures["compiles_avoided"] == 0
 
 
+@pytest.mark.fallback
 def test_every_wait_has_a_deadline(tmp_path):
     table = MemoryLeases()
     store = with_table(LocalStore(tmp_path / "c"), table)
@@ -156,6 +157,7 @@ class BrokenLeases(MemoryLeases):
         raise StoreUnavailableError("lease server unreachable")
 
 
+@pytest.mark.fallback
 def test_lease_failures_degrade_to_compiling(tmp_path):
     store = with_table(LocalStore(tmp_path / "c"), BrokenLeases())
     cache = CompilationCache(store, single_flight=SingleFlight())

@@ -192,6 +192,7 @@ def test_a_stalled_gcs_costs_one_deadline(gcs):
     assert gcs.proxy.requests == []
 
 
+@pytest.mark.fallback
 def test_forbidden_is_a_permission_error_and_a_tier_stops_uploading(gcs, tmp_path):
     store = GCSStore(gcs.url())
     remote = GCSStore(gcs.url())
@@ -301,6 +302,7 @@ def test_use_is_recorded_at_most_once_per_interval(gcs):
     assert store.prune(PrunePolicy(unused_for=DAY), dry_run=True) == []
 
 
+@pytest.mark.fallback
 def test_use_records_stop_when_refused_and_can_be_turned_off(gcs):
     store = GCSStore(gcs.url())
     keys = []
@@ -356,6 +358,7 @@ def test_an_unreachable_endpoint_fails_within_the_deadline(gcs):
         objects.stat("XLACACHE")
 
 
+@pytest.mark.fallback
 def test_a_writer_without_create_permission_still_reads(gcs):
     writer = GCSStore(gcs.url())
     key, blob = make_blob(40)

@@ -21,6 +21,7 @@ from xlacache import counters
 from xlacache.errors import (
     CacheError,
     CorruptEntryError,
+    InvalidRequestError,
     PermissionDeniedError,
     ReadOnlyError,
     UntrustedEntryError,
@@ -156,22 +157,28 @@ class TieredStore(Store):
     def put(self, key: str, blob: bytes) -> None:
         if self.readonly:
             raise ReadOnlyError(f"{self.url} is open read-only")
-        try:
-            if not self.local.readonly:
-                self.local.put(key, blob)
-        finally:  # a full local disk should not keep the entry from other workers
-            self._enqueue(key, blob)
+        self._put_local_then(key, blob, self._enqueue)
 
     def publish(self, key: str, blob: bytes) -> None:
         """Store locally and upload now, in this thread: on return the remote has it
         (unless uploading failed, which is counted as for background uploads)."""
         if self.readonly:
             raise ReadOnlyError(f"{self.url} is open read-only")
+        self._put_local_then(key, blob, self._upload)
+
+    def _put_local_then(self, key: str, blob: bytes, upload) -> None:
+        """Store locally, then `upload`: also when the local store failed (a full local
+        disk should not keep the entry from other workers), unless it refused the entry
+        itself (under another key, malformed): no store would take that."""
         try:
             if not self.local.readonly:
                 self.local.put(key, blob)
-        finally:
-            self._upload(key, blob)
+        except (CorruptEntryError, InvalidRequestError):
+            raise
+        except BaseException:
+            upload(key, blob)
+            raise
+        upload(key, blob)
 
     def leases(self) -> LeaseTable | None:
         """The remote's leases (every process sharing the remote), else the local tier's."""
