@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from xlacache import counters, entry
 from xlacache.errors import kind_of
-from xlacache.stores.base import EntryInfo, Store
+from xlacache.stores.base import EntryInfo, Store, lru_split
 from xlacache.stores.jobs import JobLog, new_run
 from xlacache.stores.local import LocalStore
 from xlacache.stores.tiered import TieredStore
@@ -53,16 +53,9 @@ def prefetch_choice(
 ) -> list[EntryInfo]:
     """What prefetch loads from a store's listing (and `xlacache inspect --would-load`
     shows): the `limit` most recently used executables (no alias entries), within
-    `max_bytes` of payload, in order of use (the oldest first)."""
-    recent = sorted(infos, key=lambda i: i.last_used, reverse=True)
-    recent = [i for i in recent if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
-    chosen, total = [], 0
-    for info in recent[:limit]:
-        total += info.payload_size
-        if total > max_bytes:
-            break
-        chosen.append(info)
-    return sorted(chosen, key=lambda i: i.last_used)
+    `max_bytes` of payload, in order of use (the oldest first): `stores.base.lru_split`."""
+    executables = [i for i in infos if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
+    return lru_split(executables, max_bytes, limit, size=lambda i: i.payload_size)[1]
 
 
 @dataclass(frozen=True)

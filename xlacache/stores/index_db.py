@@ -46,6 +46,7 @@ from xlacache.errors import (
 )
 from xlacache.stores import index_schema
 from xlacache.stores.base import (
+    LRU_ORDER,
     EntryInfo,
     PrunePolicy,
     StoreSummary,
@@ -293,7 +294,7 @@ class Index:
             excess -= sum(v.size for v in victims.values())
             if excess > 0 and len(victims) < limits.cull_limit:
                 rows = db.execute(
-                    f"{_SELECT} WHERE key != ? ORDER BY last_used LIMIT ?",
+                    f"{_SELECT} WHERE key != ? ORDER BY {LRU_ORDER} LIMIT ?",
                     (protect, limits.cull_limit),
                 )
                 for row in rows:
