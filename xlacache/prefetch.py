@@ -34,8 +34,7 @@ from xlacache import counters, entry
 from xlacache.errors import kind_of
 from xlacache.stores.base import EntryInfo, Store, lru_split
 from xlacache.stores.jobs import JobLog, new_run
-from xlacache.stores.local import LocalStore
-from xlacache.stores.tiered import TieredStore
+from xlacache.stores.tiered import tiers
 
 if TYPE_CHECKING:
     from xlacache.signing import TrustedKeys
@@ -73,15 +72,6 @@ class Fetched:
 class Prefetched(Generic[T]):
     fetched: Fetched
     value: T | None  # None: not loaded (the request loads `fetched` itself)
-
-
-def tiers(store: Store) -> tuple[Store | None, Store | None]:
-    """(local directory, shared store) of a cache's store; either may be None."""
-    if isinstance(store, TieredStore):
-        return store.local, store.remote
-    if isinstance(store, LocalStore):
-        return store, None
-    return None, store
 
 
 class Prefetcher:

@@ -37,12 +37,23 @@ from xlacache.stores.base import (
 )
 from xlacache.stores.jobs import JobLog
 from xlacache.stores.leases import LeaseTable
+from xlacache.stores.local import LocalStore
 
 log = logging.getLogger("xlacache.tiered")
 
 DEFAULT_QUEUE_ENTRIES = 64
 DEFAULT_QUEUE_BYTES = 2 * 1024**3
 CLOSE_FLUSH_SECONDS = 10.0
+
+
+def tiers(store: Store) -> tuple[Store | None, Store | None]:
+    """(local directory, shared store) of a cache's store (a tier of both, a directory,
+    or a shared store alone); either may be None. The one place a store is split."""
+    if isinstance(store, TieredStore):
+        return store.local, store.remote
+    if isinstance(store, LocalStore):
+        return store, None
+    return None, store
 
 
 class TieredStore(Store):
