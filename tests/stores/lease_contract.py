@@ -163,10 +163,14 @@ class LeaseContract:
     # -- waits ---------------------------------------------------------------------------
 
     def test_a_wait_ends_when_the_holder_releases(self, table):
+        """Well before its deadline: released at 0.3 s, a 60 s wait (a server blocks 20 s
+        a call) returns within 10 s, not once its budget is slept and one look taken."""
         name = make_key(11)
         assert table.acquire(name, "holder-a", 30).granted
         threading.Timer(0.3, table.release, args=(name, "holder-a")).start()
-        waited = table.wait(name, CHILD_SECONDS)
+        start = time.monotonic()
+        waited = table.wait(name, 60.0)
+        assert time.monotonic() - start < 10.0
         assert waited.wake is Wake.RELEASED
         polls = counters.snapshot()["lease_polls"]
         assert waited.pushed == self.pushes and (polls == 0) == self.pushes
