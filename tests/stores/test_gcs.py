@@ -302,6 +302,25 @@ def test_use_is_recorded_at_most_once_per_interval(gcs):
     assert store.prune(PrunePolicy(unused_for=DAY), dry_run=True) == []
 
 
+def test_peek_leaves_hits_and_last_use_alone(gcs):
+    """A tool's read (export, sign, diff) or prefetch's is no use: no metadata patch, and
+    hits and last use stay as they were; the `get` after it is one."""
+    store = GCSStore(gcs.url())
+    created = time.time() - 2 * DAY
+    key, blob = make_blob(16, created=created)
+    store.put(key, blob)
+    gcs.proxy.reset_log()
+    assert store.peek(key) == blob and store.peek(key) == blob
+    store.close()  # waits for background use records: there must be none
+    assert [r for r in gcs.proxy.writes() if r[0] == "PATCH"] == []
+    info = GCSStore(gcs.url()).stat(key)
+    assert info.hits == 0 and info.last_used == pytest.approx(created)
+    reader = GCSStore(gcs.url())
+    assert reader.get(key) == blob
+    reader.close()
+    assert reader.stat(key).hits == 1
+
+
 @pytest.mark.fallback
 def test_use_records_stop_when_refused_and_can_be_turned_off(gcs):
     store = GCSStore(gcs.url())
