@@ -214,6 +214,26 @@ class LeaseContract:
         wait_for(ready.exists, CHILD_SECONDS, "the holder to take its lease", procs=[proc])
         return proc
 
+    def test_a_killed_holder_ends_a_blocked_wait_and_is_taken_over(self, table, tmp_path):
+        """The fast variant (make test-fast) of the killed-holder tests: a wait on a holder
+        that is killed ends at once (its lease would live LONG_TTL), as abandoned, and the
+        next acquire is a takeover."""
+        if not self.sees_death:
+            pytest.skip("a dead holder's lease ends with its ttl")
+        name = make_key(17)
+        proc = self._start_holder(table, name, LONG_TTL, tmp_path / "ready")
+        try:
+            assert table.holder(name) == "child-holder"
+            threading.Timer(0.2, proc.kill).start()  # while the wait below blocks (or before)
+            waited = table.wait(name, CHILD_SECONDS)
+        finally:
+            proc.kill()
+            proc.wait(30)
+        assert waited.wake is Wake.ABANDONED and waited.pushed
+        grant = table.acquire(name, "waiter", 30)
+        assert grant.granted and grant.taken_over
+        table.release(name, "waiter")
+
     @pytest.mark.slow
     def test_a_killed_holder_is_noticed_at_once(self, table, tmp_path):
         if not self.sees_death:
