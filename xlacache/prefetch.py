@@ -14,8 +14,10 @@ prefetch_hits, bytes_read, remote_hits) and its use recorded where it came from 
 counts and last-used times of `xlacache inspect`, LRU eviction, `prune --unused-for`).
 An entry prefetch finds untrusted or unloadable is left to the request, which counts
 its failure once; so is one prefetch could not read (corrupt, a store that failed): the
-request reads it again and counts what fails. A request for a key being fetched or
-loaded waits for that (one read).
+request reads it again and counts what fails. A read (`peek`) or load (`load_entry`)
+that fails is still reported to strict mode (`counters.hidden`): the request's own
+calls (`get`, its loader) are others. A request for a key being fetched or loaded waits
+for that (one read).
 
 `JobRecorder` writes a writer's used keys to its job's manifest (`stores/jobs.py`).
 """
