@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from xlacache import counters
+from xlacache.errors import IndexBusyError
 from xlacache.stores.base import StoreSummary
 
 
@@ -100,7 +101,10 @@ class _StoreCollector:
     def collect(self):
         try:
             s = self.summary()
-        except Exception:  # noqa: BLE001 - a scrape must not fail because the index is busy
+        except IndexBusyError:  # a scrape must not fail because the index is busy
+            s = StoreSummary()
+        except Exception as exc:  # noqa: BLE001 - nor for anything else, but strict mode says
+            counters.hidden("metrics.scrape", exc)
             s = StoreSummary()
         yield GaugeMetricFamily("xlacache_store_entries", "Entries in the store", value=s.entries)
         yield GaugeMetricFamily(
