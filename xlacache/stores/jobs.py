@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from xlacache import counters
 from xlacache.errors import CacheError, InvalidRequestError
-from xlacache.key import is_valid_key
+from xlacache.key import check_key, is_valid_key
 
 if TYPE_CHECKING:
     from xlacache.stores.gcs_objects import GCSObjects
@@ -52,11 +52,11 @@ def check_job(job: str) -> str:
 
 
 def check_keys(keys: list[str]) -> list[str]:
+    """A job record's keys: at most MAX_KEYS, each a cache key (`key.check_key`)."""
     if len(keys) > MAX_KEYS:
         raise InvalidRequestError(f"at most {MAX_KEYS} keys per job record")
     for key in keys:
-        if not is_valid_key(key):
-            raise InvalidRequestError(f"malformed key {key[:80]!r} in a job record")
+        check_key(key)
     return keys
 
 
