@@ -60,8 +60,12 @@ def initialize_cache(
                 f"xlacache is already initialized ({_config.describe()}); "
                 f"cannot re-initialize with ({resolved.describe()})"
             )
-        counters.set_strict(resolved.strict)
-        cache = assemble.open_cache(resolved)  # ConfigError (keys): nothing is set
+        counters.set_strict(resolved.strict)  # opening the stores already follows it
+        try:
+            cache = assemble.open_cache(resolved)  # ConfigError (keys): nothing is set
+        except BaseException:
+            counters.set_strict(None)
+            raise
         _config = resolved
         log.info("xlacache: %s (%s)", resolved.role, resolved.role_origin)
         if cache is None:
