@@ -48,7 +48,10 @@ class RateLimiter:
         with self._lock:
             tokens, at = self._buckets.get(caller, (float(self.rate.burst), now))
             tokens = min(float(self.rate.burst), tokens + (now - at) * self.rate.per_second)
-            due = 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate.per_second
+            if tokens >= 1.0:
+                due = 0.0
+            else:  # a rate of 0: never again
+                due = (1.0 - tokens) / self.rate.per_second if self.rate.per_second > 0 else 1e18
             if due == 0.0 or wait:
                 tokens -= 1.0
             self._buckets[caller] = (tokens, now)

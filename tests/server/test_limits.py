@@ -54,6 +54,8 @@ def test_rate_limiter_reserves_tokens_in_order_for_waiting_callers():
     assert 990 < second <= 1000 and 1990 < third <= 2000
     assert not limiter.allow()
     assert limiter.reserve("other") == 0.0
+    never = RateLimiter(Rate(per_second=0, burst=1))  # a burst, then nothing
+    assert never.allow() and not never.allow() and never.reserve() > 1e9
 
 
 def test_watchdog_forgets_cancelled_deadlines_long_before_they_come():
