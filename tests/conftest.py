@@ -17,6 +17,11 @@ from xlacache import api, counters, entry
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The suite runs in strict mode (this process and the Python processes it starts): a
+# fallback that would hide an exception raises StrictModeError instead. A test that
+# exercises a fallback on purpose says so with @pytest.mark.fallback (strict mode off).
+os.environ.setdefault("XLACACHE_STRICT", "1")
+
 
 @pytest.fixture(scope="session")
 def gcs_emulator(tmp_path_factory):
@@ -40,13 +45,22 @@ def gcs(gcs_emulator, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def clean_xlacache_state():
-    """Each test starts with no initialized cache and zeroed figures."""
+def clean_xlacache_state(request, monkeypatch):
+    """Each test starts with no initialized cache and zeroed figures; a test marked
+    `fallback` runs without strict mode, any other fails if a background thread hid an
+    exception (`counters.take_deferred`)."""
+    fallback = request.node.get_closest_marker("fallback") is not None
+    if fallback:
+        monkeypatch.setenv("XLACACHE_STRICT", "0")
     api._reset_for_tests()
     counters.reset()
+    counters.take_deferred()
     yield
     api._reset_for_tests()
     counters.reset()
+    deferred = counters.take_deferred()
+    if deferred and not fallback:
+        pytest.fail(f"strict mode: a background thread hid {deferred[0]!r}", pytrace=False)
 
 
 def make_key(name: int | str) -> str:
@@ -91,8 +105,9 @@ def run_python(
 
 
 def child_env(env: dict | None = None) -> dict:
-    """This environment without xlacache/XLA settings, plus `env`."""
+    """This environment without xlacache/XLA settings (strict mode kept), plus `env`."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("XLACACHE_", "XLA_"))}
+    full_env["XLACACHE_STRICT"] = os.environ.get("XLACACHE_STRICT", "1")
     full_env.update(env or {})
     return full_env
 

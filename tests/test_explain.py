@@ -159,6 +159,7 @@ def test_torn_lines_in_the_log_are_skipped(tmp_path):
     assert [r["key"] for r in explain.recent_misses(log)] == ["a"]
 
 
+@pytest.mark.fallback
 def test_explaining_never_costs_the_compile(tmp_path):
     class BrokenStore(LocalStore):
         def list(self):

@@ -133,6 +133,35 @@ def test_eviction_of_a_10000_entry_index_is_bounded_per_write_and_converges(tmp_
     ix.close()
 
 
+def test_every_lru_choice_is_the_one_selector(tmp_path):
+    """Eviction inside a write, prune (the index's SQL and Python's) and prefetch choose
+    by one LRU order (ties by key) and one cut: `lru_split`."""
+    import random
+
+    from xlacache.prefetch import prefetch_choice
+    from xlacache.stores.base import PrunePolicy, lru_split
+
+    rng = random.Random(7)
+    infos = [_info(n, size=rng.choice((100, 700, 1500)), last_used=float(rng.randrange(6)))
+             for n in range(60)]  # fmt: skip  (many ties in last_used)
+    total = sum(i.size for i in infos)
+    ix = Index(tmp_path / "index.sqlite")
+    ix.upsert(rng.sample(infos, len(infos)))  # rows in another order than keys
+    for cap in (0, 5_000, total // 2, total - 1, total):
+        older, recent = lru_split(infos, cap)
+        assert sum(i.size for i in recent) <= cap  # and one older more would not fit:
+        assert not older or older[-1].size + sum(i.size for i in recent) > cap
+        by_sql = ix.select(PrunePolicy(max_size=cap), now=1e9)
+        assert [i.key for i in by_sql] == [i.key for i in older]
+        assert PrunePolicy(max_size=cap).select(infos, now=1e9) == older
+    payload = [EntryInfo(**{**i.to_dict(), "payload_size": i.size}) for i in infos]
+    assert prefetch_choice(payload, 7, 3_000) == lru_split(payload, 3_000, 7)[1]
+    newest = _info(99, size=0, last_used=1e9)
+    evicted = ix.add(newest, Limits(max_size=total - 2000, cull_limit=60))
+    assert [i.key for i in evicted] == [i.key for i in lru_split(infos, total - 2000)[0]]
+    ix.close()
+
+
 def test_eviction_by_age_is_bounded_too(tmp_path):
     ix = Index(tmp_path / "index.sqlite")
     ix.upsert(_info(n) for n in range(100))  # created at 0..99 (1970): all too old

@@ -36,6 +36,7 @@ def test_moving_the_cache_directory_keeps_every_entry(tmp_path):
     assert warm["stats"]["misses"] == 0 and warm["stats"]["hits"] == cold["stats"]["misses"]
 
 
+@pytest.mark.fallback
 def test_corrupt_entry_is_recompiled_and_replaced(tmp_path):
     run(tmp_path / "c")
     store = LocalStore(tmp_path / "c")
@@ -53,6 +54,7 @@ def test_corrupt_entry_is_recompiled_and_replaced(tmp_path):
     assert third["stats"]["misses"] == 0 and third["stats"]["errors"] == {}
 
 
+@pytest.mark.fallback
 def test_readonly_cache_on_a_read_only_mount(tmp_path):
     src, dst = tmp_path / "src", tmp_path / "dst"
     dst.mkdir()
@@ -77,6 +79,7 @@ def test_readonly_never_writes_new_programs(tmp_path):
     assert sorted(p.name for p in (tmp_path / "c").rglob("*.xlac")) == before
 
 
+@pytest.mark.fallback
 def test_full_disk_degrades_to_compiling(tmp_path):
     mnt = tmp_path / "small"
     mnt.mkdir()
@@ -94,6 +97,7 @@ def test_full_disk_degrades_to_compiling(tmp_path):
     assert out["stats"]["errors"].get("disk_full", 0) >= 1 and len(out["warnings"]) == 1
 
 
+@pytest.mark.fallback
 def test_cache_path_that_cannot_be_a_directory(tmp_path):
     (tmp_path / "file").write_text("not a directory")
     out = run(tmp_path / "file")
@@ -111,6 +115,7 @@ def test_environment_configures_the_cache_torch_xla_names_too(tmp_path):
     assert second["stats"]["misses"] == 0 and second["stats"]["writes"] == 0
 
 
+@pytest.mark.fallback
 def test_an_entry_jax_cannot_load_is_counted_explained_and_replaced(tmp_path):
     """A verified entry whose executable JAX's loader rejects (jax#38445): one error
     counted and explained, the program compiled once and stored over it, then hits."""

@@ -18,7 +18,7 @@ LAYERS = {
     "_version": 0,
     "_proto": 0,
     "errors": 0,
-    "counters": 1,
+    "counters": 2.5,  # reads the `strict` setting (config); below stores
     "rates": 0,
     "units": 1,
     "entry": 1,
@@ -122,3 +122,25 @@ def test_only_the_index_speaks_sqlite():
         }
     ]  # fmt: skip
     assert sorted(users) == ["xlacache/stores/index_db.py", "xlacache/stores/index_schema.py"]
+
+
+def test_one_tier_split():
+    """Only `stores.tiered.tiers` splits a store into its tiers (by isinstance)."""
+    splits = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance"
+        and "TieredStore" in ast.unparse(node.args[1])
+    ]  # fmt: skip
+    assert splits == ["xlacache/stores/tiered.py:52"], splits
+
+
+def test_no_module_past_500_lines():
+    """Files that do one job: no module of the package is longer than 500 lines."""
+    long = {
+        str(path.relative_to(PACKAGE.parent)): n
+        for path in PACKAGE.rglob("*.py")
+        if "_proto" not in path.parts and (n := len(path.read_text().splitlines())) > 500
+    }
+    assert not long, f"split these modules: {long}"

@@ -62,6 +62,7 @@ def test_a_reader_before_its_writer_finds_nothing_then_the_writers_entries(tmp_p
     assert reader.get(key) == blob and [i.key for i in reader.list()] == [key]
 
 
+@pytest.mark.fallback
 @pytest.mark.parametrize("damage", ["flip", "truncate", "magic"])
 def test_corrupt_entry_is_a_miss_and_is_removed(store, damage):
     key, blob = make_blob(1)
@@ -104,6 +105,7 @@ def test_index_deleted_is_rebuilt_from_headers(tmp_path):
         assert {i.key for i in s.list()} == {make_key(n) for n in range(5)}
 
 
+@pytest.mark.fallback
 def test_corrupt_index_is_rebuilt(tmp_path):
     root = tmp_path / "cache"
     with LocalStore(root) as s:

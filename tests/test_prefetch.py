@@ -136,6 +136,7 @@ def test_a_prefetched_entry_is_a_use_only_once_a_request_takes_it(tmp_path):
     assert figures["bytes_read"] == store.stat(make_key(2)).size  # what was used, once
 
 
+@pytest.mark.fallback
 def test_an_untrusted_entry_is_counted_once(tmp_path):
     from tests.test_signing import keypair
 

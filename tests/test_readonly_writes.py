@@ -58,6 +58,7 @@ def test_a_readonly_tier_copies_no_remote_hit_into_its_writable_local_directory(
     tier.close()
 
 
+@pytest.mark.fallback
 def test_a_readonly_cache_never_writes_its_store(tmp_path):
     store = RecordingStore(tmp_path / "c")  # writable: only the cache's flag forbids writes
     hit, broken = make_blob(1), make_blob(2, payload=b"broken")

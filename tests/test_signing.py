@@ -172,6 +172,7 @@ def never(*_):
     raise AssertionError("must not be deserialized")
 
 
+@pytest.mark.fallback
 @pytest.mark.parametrize("kind", KINDS)
 def test_reader_with_trusted_keys_refuses_unsigned_and_foreign_entries(tmp_path, kind):
     signer, trusted, _, _ = keypair(kind)
@@ -194,6 +195,7 @@ def test_reader_with_trusted_keys_refuses_unsigned_and_foreign_entries(tmp_path,
     assert store.contains(make_key(1))  # refused, not removed: others may trust it
 
 
+@pytest.mark.fallback
 def test_writer_signs_and_replaces_an_untrusted_entry(tmp_path):
     signer, trusted, _, _ = keypair("ed25519")
     store = LocalStore(tmp_path / "c")
@@ -278,6 +280,7 @@ def run(cache_dir, **options):
     return run_json(JAX_PROGRAM, str(cache_dir), json.dumps(options))
 
 
+@pytest.mark.fallback
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_real_jax_reader_compiles_past_planted_and_foreign_entries(tmp_path, kind):

@@ -134,6 +134,7 @@ def test_an_expired_lease_is_taken_over_and_counted(tmp_path):
     assert figures["wait_seconds"] > 0 and figures["compiles_avoided"] == 0
 
 
+@pytest.mark.fallback
 def test_every_wait_has_a_deadline(tmp_path):
     table = MemoryLeases()
     store = with_table(LocalStore(tmp_path / "c"), table)
@@ -156,6 +157,7 @@ class BrokenLeases(MemoryLeases):
         raise StoreUnavailableError("lease server unreachable")
 
 
+@pytest.mark.fallback
 def test_lease_failures_degrade_to_compiling(tmp_path):
     store = with_table(LocalStore(tmp_path / "c"), BrokenLeases())
     cache = CompilationCache(store, single_flight=SingleFlight())
@@ -251,8 +253,9 @@ def test_a_waiter_is_woken_by_the_entrys_arrival(tmp_path):
     assert 0 < figures["wake_seconds"] <= figures["wait_seconds"]
 
 
-@pytest.mark.slow
-def test_of_the_waiters_of_a_killed_holder_exactly_one_compiles(tmp_path):
+def _killed_holder_pod(tmp_path, waiters: int, kill) -> tuple[list, Compiler]:
+    """`waiters` workers (each its own store over one directory) miss the key a holder in
+    another process has leased; `kill(proc)` kills it (mid-compile)."""
     import subprocess
     import sys
 
@@ -263,15 +266,43 @@ def test_of_the_waiters_of_a_killed_holder_exactly_one_compiles(tmp_path):
     try:
         wait_for(ready.exists, 60, "the holder to take the lease", procs=[proc])
         caches = [
-            CompilationCache(LocalStore(root), single_flight=SingleFlight(ttl=600))
-            for _ in range(4)
-        ]  # four workers, each with its own store
-        compiler = Compiler(seconds=0.5)
-        threading.Timer(1.0, proc.kill).start()  # mid-compile, while all four wait
-        results = in_threads(4, lambda i: get(caches[i], compiler))
+            CompilationCache(LocalStore(root), single_flight=SingleFlight(ttl=600, max_wait=60))
+            for _ in range(waiters)
+        ]
+        compiler = Compiler(seconds=0.05)
+        kill(proc)
+        results = in_threads(waiters, lambda i: get(caches[i], compiler))
     finally:
         proc.kill()
         proc.wait(30)
+    return results, compiler
+
+
+def test_a_killed_holder_is_taken_over_by_one_waiter(tmp_path):
+    """The fast variant (make test-fast) of the test below: two waiters, the holder killed
+    once one of them blocks on its lock."""
+
+    def kill_once_blocked(proc) -> None:
+        def blocked() -> bool:
+            return any(t.name == "xlacache-lease-wait" for t in threading.enumerate())
+
+        def killer() -> None:
+            wait_for(blocked, 60, "a waiter to block on the holder's lock")
+            proc.kill()
+
+        threading.Thread(target=killer, daemon=True).start()
+
+    results, compiler = _killed_holder_pod(tmp_path, 2, kill_once_blocked)
+    assert compiler.calls == 1 and sorted(results) == [b"exe", b"loaded:exe"]
+    figures = counters.snapshot()
+    assert figures["leases_taken_over"] == 1 and figures["compiles_avoided"] == 1
+
+
+@pytest.mark.slow
+def test_of_the_waiters_of_a_killed_holder_exactly_one_compiles(tmp_path):
+    results, compiler = _killed_holder_pod(
+        tmp_path, 4, lambda proc: threading.Timer(1.0, proc.kill).start()
+    )  # mid-compile, while all four wait
     # The dead holder's lease ended long before its 600 s ttl; one waiter took it over
     # and compiled, the others waited for it and loaded its entry.
     assert compiler.calls == 1

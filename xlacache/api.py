@@ -61,7 +61,12 @@ def initialize_cache(
                 f"xlacache is already initialized ({_config.describe()}); "
                 f"cannot re-initialize with ({resolved.describe()})"
             )
-        cache = assemble.open_cache(resolved)  # ConfigError (keys): nothing is set
+        counters.set_strict(resolved.strict)  # opening the stores already follows it
+        try:
+            cache = assemble.open_cache(resolved)  # ConfigError (keys): nothing is set
+        except BaseException:
+            counters.set_strict(None)
+            raise
         _config = resolved
         log.info("xlacache: %s (%s)", resolved.role, resolved.role_origin)
         if cache is None:
@@ -79,7 +84,9 @@ def stats() -> dict:
     """This process's cache figures: every key of `counters.FIELDS` (hits, misses,
     writes, bytes, compile seconds spent and saved, ...; zero until counted), errors by
     kind, explained misses by reason, and `initialized`: False until `initialize_cache`
-    ran (then nothing is cached and every figure stays zero)."""
+    ran (then nothing is cached and every figure stays zero). In strict mode it raises
+    what a background thread kept (`counters.raise_deferred`)."""
+    counters.raise_deferred()  # strict mode: what a background thread hid
     return {"initialized": _config is not None, **counters.snapshot()}
 
 
@@ -116,3 +123,4 @@ def _reset_for_tests() -> None:
             _cache.close()
         _config = None
         _cache = None
+        counters.set_strict(None)

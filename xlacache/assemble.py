@@ -82,14 +82,13 @@ def explainer(settings: CacheConfig, store: Store):
     if not settings.explain:
         return None
     from xlacache.explain import MISS_LOG, Explainer
-    from xlacache.stores.tiered import TieredStore
+    from xlacache.stores.tiered import tiers
 
-    tiered = isinstance(store, TieredStore)
-    local = store.local if tiered else store
-    shared = store.remote if tiered else None if isinstance(store, LocalStore) else store
-    writable = isinstance(local, LocalStore) and not local.readonly and not settings.readonly
+    local, shared = tiers(store)
+    writable = local is not None and not local.readonly and not settings.readonly
     reporters = [shared] if shared is not None and shared.can_report_misses else []
-    return Explainer(local, local.root / MISS_LOG if writable else None, reporters=reporters)
+    log = local.root / MISS_LOG if writable else None
+    return Explainer(local if local is not None else store, log, reporters=reporters)
 
 
 def open_stores(settings: CacheConfig) -> Store | None:

@@ -153,6 +153,7 @@ class CompilationCache:
         identity: Identity | None = None,
     ) -> Compiled:
         """`get_or_compile`, with what it did (`Outcome`)."""
+        counters.raise_deferred()  # strict mode: what a background thread hid
         found = self._take_prefetched(key, context or {}, load)
         if found is None:
             found = self._load(key, load)
@@ -227,6 +228,7 @@ class CompilationCache:
         raises unless the loaded executable is the program the caller expects. A bad alias is
         dropped (unless read-only), so the caller's next compile stores a good one.
         """
+        counters.raise_deferred()
         record = self._read_alias(alias)
         if record is None:
             self._tally.add("alias_misses")

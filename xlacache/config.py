@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from xlacache import counters
 from xlacache.errors import ConfigError
@@ -192,6 +192,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("writer_grace", DURATION, None, ("XLACACHE_WRITER_GRACE",),
             "how long a reader waits for a writer to start compiling a program (default "
             "10s for readers by rank or role, 0 for readonly)", "docs/pods.md"),
+    Setting("strict", BOOL, False, ("XLACACHE_STRICT",),
+            "raise StrictModeError where a fallback would hide an exception (tests, "
+            "debugging): no cache failure is absorbed", "README.md"),
 )  # fmt: skip
 BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -318,10 +321,19 @@ def env_rank(env: Mapping[str, str] = os.environ) -> tuple[int, str] | None:
     return None
 
 
+class Role(NamedTuple):
+    """Who writes, as `resolve_role` decided it."""
+
+    name: str  # "writer" or "reader"
+    origin: str  # what decided it, for people (CacheConfig.role_origin)
+    pod_writer: bool = True  # a reader's pod has a writer compiling the same programs
+    # (a reader by rank or role); False for readonly=True, which names no writer
+
+
 def resolve_role(
     arguments: Mapping, environment: Mapping, rank: tuple[int, str] | None
-) -> tuple[str, str]:
-    """(role, origin): who writes.
+) -> Role:
+    """Who writes (`Role`).
 
     `role` ("writer"/"reader") and `readonly` (True: reader) are two spellings of one
     setting. Arguments decide if they give either; else the environment (XLACACHE_ROLE,
@@ -334,27 +346,28 @@ def resolve_role(
         if role is None and readonly is None:
             continue
         if role is None:
-            return ("reader" if readonly else "writer"), f"readonly={bool(readonly)} ({level})"
+            name = "reader" if readonly else "writer"
+            return Role(name, f"readonly={bool(readonly)} ({level})", pod_writer=False)
         role = str(role).strip().lower()
         if role not in ROLES:
             raise ConfigError(f"role={role!r} ({level}): expected writer or reader")
         if readonly is not None and bool(readonly) != (role == "reader"):
             raise ConfigError(f"role={role!r} contradicts readonly={readonly} ({level})")
-        return role, f"role={role} ({level})"
+        return Role(role, f"role={role} ({level})")
     if rank is None:
-        return "writer", "no rank: a single process writes"
+        return Role("writer", "no rank: a single process writes")
     number, source = rank
-    return ("writer" if number == 0 else "reader"), f"rank {number} ({source})"
+    return Role("writer" if number == 0 else "reader", f"rank {number} ({source})")
 
 
-def _writer_grace(role: str, origin: str) -> float:
+def _writer_grace(role: Role) -> float:
     """How long a reader waits, by default, for a writer to start compiling a program.
 
     A reader by rank or role has a writer in its pod that compiles the same programs:
     it waits for it (where a writer has made the store: `CompilationCache`). readonly=True
     names no writer: it waits only for compiles it sees under way.
     """
-    if role != "reader" or origin.startswith("readonly"):
+    if role.name != "reader" or not role.pod_writer:
         return 0.0
     return DEFAULT_WRITER_GRACE
 
@@ -373,7 +386,7 @@ def resolve(
     if path is not None:
         arguments["path"] = os.fspath(path)
     settings = from_env()
-    role, origin = resolve_role(arguments, settings, rank if rank is not None else env_rank())
+    role = resolve_role(arguments, settings, rank if rank is not None else env_rank())
     settings.update(arguments)
     if not settings.get("path"):
         raise ConfigError(
@@ -381,8 +394,8 @@ def resolve(
         )
     settings["path"] = str(Path(settings["path"]).expanduser().absolute())
     if settings.get("writer_grace") is None:
-        settings["writer_grace"] = _writer_grace(role, origin)
-    settings.update(role=role, role_origin=origin, readonly=role == "reader")
+        settings["writer_grace"] = _writer_grace(role)
+    settings.update(role=role.name, role_origin=role.origin, readonly=role.name == "reader")
     return replace(CacheConfig(), **settings)
 
 

@@ -3,16 +3,29 @@
 Every failure the cache absorbs goes through `record_error(kind, exc)`: it is
 counted by kind and warned about once per kind, so a sick cache is visible without
 flooding the training log.
+
+Strict mode (the `strict` setting, ``XLACACHE_STRICT=1``): every fallback that would
+hide an exception calls `hidden(where, exc)` first (`record_error` does), which raises
+`StrictModeError` instead. A background thread (an upload, the index's hit flusher, a
+lease's renewals, prefetch, a job manifest's writer: each runs under `background`)
+that raised would only end itself, so there the error is kept and the thread carries
+on as without strict mode; the next foreground call raises it (`raise_deferred`: a
+compile request, `xlacache.stats()`; the test suite checks after every test).
 """
 
 from __future__ import annotations
 
-import os
+import functools
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Callable
+from typing import TypeVar
 
-from xlacache.errors import StrictModeError
+from xlacache import config
+from xlacache.errors import CacheError, StrictModeError
+
+R = TypeVar("R")
 
 
 class CacheWarning(UserWarning):
@@ -59,6 +72,7 @@ FIELDS = {
     "index_drift": "index rows added or dropped to match the entry files",
     "gcs_retries": "Cloud Storage requests retried",
     "gcs_touch_failures": "Cloud Storage use records (last_used, hits) that failed",
+    "job_records_dropped": "job manifest updates given up (lost every race with other writers)",
 }
 
 
@@ -69,7 +83,9 @@ def add(name: str, amount: float = 1) -> None:
 
 def record_error(kind: str, exc: BaseException | str, message: str | None = None) -> None:
     """Count a cache failure of `kind` ('io', 'corrupt', 'remote', ...) and warn once
-    (`message` says what happens instead, where the general words would mislead)."""
+    (`message` says what happens instead, where the general words would mislead).
+    Strict mode raises StrictModeError(kind) instead (`hidden`)."""
+    hidden(kind, exc if isinstance(exc, BaseException) else CacheError(exc))
     with _lock:
         _errors[kind] += 1
         first = kind not in _warned
@@ -84,16 +100,82 @@ def record_error(kind: str, exc: BaseException | str, message: str | None = None
         )
 
 
+_strict: bool | None = None  # the resolved `strict` setting, once initialize_cache ran
+_deferred: list[StrictModeError] = []  # raised in background threads, not yet raised again
+_MAX_DEFERRED = 16
+_thread = threading.local()  # .background: this thread runs under `background`
+
+
 def strict_mode() -> bool:
-    """Whether fallbacks raise instead of hiding exceptions (``XLACACHE_STRICT=1``)."""
-    return os.environ.get("XLACACHE_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+    """Whether fallbacks raise instead of hiding exceptions: the `strict` setting
+    (`config.SETTINGS`) as initialize_cache resolved it, else as the environment gives
+    it (``XLACACHE_STRICT``)."""
+    if _strict is not None:
+        return _strict
+    return bool(config.env_value("strict"))
+
+
+def set_strict(value: bool | None) -> None:
+    """Take the resolved `strict` setting (initialize_cache); None: the environment's."""
+    global _strict
+    _strict = value
 
 
 def hidden(where: str, exc: BaseException) -> None:
     """Call where a fallback is about to hide `exc` (lazy running instead of compiling, a
-    skipped prefetch, a dropped record...): raises StrictModeError in strict mode."""
-    if strict_mode():
-        raise StrictModeError(where, exc) from exc
+    skipped prefetch, a dropped record...): raises StrictModeError in strict mode (a
+    StrictModeError passes unchanged). In a `background` thread the error is kept for
+    `raise_deferred` instead, and the caller carries on with its fallback."""
+    if isinstance(exc, StrictModeError):
+        error = exc
+    elif not strict_mode():
+        return
+    else:
+        error = StrictModeError(where, exc)
+        error.__cause__ = exc
+    if getattr(_thread, "background", False):
+        with _lock:
+            if len(_deferred) < _MAX_DEFERRED:
+                _deferred.append(error)
+        return
+    raise error
+
+
+def background(where: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Decorate a background thread's target: strict errors in it are deferred to the
+    foreground (`hidden`); an exception that escapes it is one too (then re-raised)."""
+
+    def wrap(target: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(target)
+        def run(*args, **kwargs) -> R:
+            outer = getattr(_thread, "background", False)
+            _thread.background = True
+            try:
+                return target(*args, **kwargs)
+            except Exception as exc:
+                hidden(where, exc)  # deferred: the thread's own end is no report
+                raise
+            finally:
+                _thread.background = outer
+
+        return run
+
+    return wrap
+
+
+def take_deferred() -> list[StrictModeError]:
+    """The strict errors background threads kept, forgotten here (tests, `raise_deferred`)."""
+    with _lock:
+        errors = list(_deferred)
+        _deferred.clear()
+    return errors
+
+
+def raise_deferred() -> None:
+    """Raise the first strict error a background thread kept (strict mode's foreground
+    calls: a compile request, `xlacache.stats()`); nothing when there is none."""
+    if _deferred and (errors := take_deferred()):
+        raise errors[0]
 
 
 def count_miss_reason(reason: str) -> None:

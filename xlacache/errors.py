@@ -109,6 +109,10 @@ class IndexCorruptError(StoreIndexError):
     """The index file is damaged: the store sets it aside and rebuilds it from entries."""
 
 
+class IndexBusyError(StoreIndexError):
+    """The index's write lock stayed busy past the wait allowed (another writer)."""
+
+
 class IndexClosedError(StoreIndexError):
     """The index was closed (the store is closing): never a sign of damage."""
 

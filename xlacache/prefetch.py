@@ -14,8 +14,10 @@ prefetch_hits, bytes_read, remote_hits) and its use recorded where it came from 
 counts and last-used times of `xlacache inspect`, LRU eviction, `prune --unused-for`).
 An entry prefetch finds untrusted or unloadable is left to the request, which counts
 its failure once; so is one prefetch could not read (corrupt, a store that failed): the
-request reads it again and counts what fails. A request for a key being fetched or
-loaded waits for that (one read).
+request reads it again and counts what fails. A read (`peek`) or load (`load_entry`)
+that fails is still reported to strict mode (`counters.hidden`): the request's own
+calls (`get`, its loader) are others. A request for a key being fetched or loaded waits
+for that (one read).
 
 `JobRecorder` writes a writer's used keys to its job's manifest (`stores/jobs.py`).
 """
@@ -32,10 +34,9 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 from xlacache import counters, entry
 from xlacache.errors import kind_of
-from xlacache.stores.base import EntryInfo, Store
+from xlacache.stores.base import EntryInfo, Store, lru_split
 from xlacache.stores.jobs import JobLog, new_run
-from xlacache.stores.local import LocalStore
-from xlacache.stores.tiered import TieredStore
+from xlacache.stores.tiered import tiers
 
 if TYPE_CHECKING:
     from xlacache.signing import TrustedKeys
@@ -53,16 +54,9 @@ def prefetch_choice(
 ) -> list[EntryInfo]:
     """What prefetch loads from a store's listing (and `xlacache inspect --would-load`
     shows): the `limit` most recently used executables (no alias entries), within
-    `max_bytes` of payload, in order of use (the oldest first)."""
-    recent = sorted(infos, key=lambda i: i.last_used, reverse=True)
-    recent = [i for i in recent if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
-    chosen, total = [], 0
-    for info in recent[:limit]:
-        total += info.payload_size
-        if total > max_bytes:
-            break
-        chosen.append(info)
-    return sorted(chosen, key=lambda i: i.last_used)
+    `max_bytes` of payload, in order of use (the oldest first): `stores.base.lru_split`."""
+    executables = [i for i in infos if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
+    return lru_split(executables, max_bytes, limit, size=lambda i: i.payload_size)[1]
 
 
 @dataclass(frozen=True)
@@ -80,15 +74,6 @@ class Fetched:
 class Prefetched(Generic[T]):
     fetched: Fetched
     value: T | None  # None: not loaded (the request loads `fetched` itself)
-
-
-def tiers(store: Store) -> tuple[Store | None, Store | None]:
-    """(local directory, shared store) of a cache's store; either may be None."""
-    if isinstance(store, TieredStore):
-        return store.local, store.remote
-    if isinstance(store, LocalStore):
-        return store, None
-    return None, store
 
 
 class Prefetcher:
@@ -154,6 +139,7 @@ class Prefetcher:
         thread.start()
         return thread
 
+    @counters.background("prefetch")
     def _run(self, keys, job, room: int, load_entry, ready, patience: float) -> None:
         try:
             if job and room > 0:
@@ -190,6 +176,7 @@ class Prefetcher:
             self._pool = pool
         pool.shutdown(wait=False)  # its threads end when the downloads are done
 
+    @counters.background("prefetch.download")
     def _download(self, key: str) -> Fetched | None:
         """The shared store's entry, read without counting a use (kept in the local
         directory too, unless read-only, by another task: loading does not wait on it)."""
@@ -198,7 +185,8 @@ class Prefetcher:
             if blob is None:
                 return None
             found = entry.decode(blob, key, check_body=False)  # the store verified it
-        except Exception:  # noqa: BLE001 - the request reads it again, and counts a failure
+        except Exception as exc:  # noqa: BLE001 - the request reads it again (`get`, not
+            counters.hidden("prefetch.download", exc)  # `peek`), and counts a failure
             return None
         local = self.local
         if local is not None and not (self.readonly or local.readonly):
@@ -213,7 +201,8 @@ class Prefetcher:
             if blob is None:
                 return None
             return Fetched(key, blob, entry.decode(blob, key, check_body=False), self.local, False)
-        except Exception:  # noqa: BLE001 - the request reads it again, and counts a failure
+        except Exception as exc:  # noqa: BLE001 - the request reads it again (`get`, not
+            counters.hidden("prefetch.read", exc)  # `peek`), and counts a failure
             return None
 
     def _load_one(self, key: str, load_entry) -> Prefetched | None:
@@ -229,7 +218,8 @@ class Prefetcher:
                 return Prefetched(fetched, None)
         try:
             return Prefetched(fetched, load_entry(fetched.found))
-        except Exception:  # noqa: BLE001 - the request loads (and counts) it itself
+        except Exception as exc:  # noqa: BLE001 - the request loads (and counts) it itself,
+            counters.hidden("prefetch.load", exc)  # but with its own loader, not `load_entry`
             return Prefetched(fetched, None)
 
     def take(self, key: str) -> Prefetched | None:
@@ -259,6 +249,7 @@ class Prefetcher:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+@counters.background("prefetch.keep")
 def _keep(local: Store, key: str, blob: bytes) -> None:
     """Write a downloaded entry into the local directory (the next run finds it there)."""
     try:
@@ -292,6 +283,7 @@ class JobRecorder:
             self._pending.append(key)
             self._cond.notify()
 
+    @counters.background("job.record")
     def _loop(self) -> None:
         while True:
             with self._cond:

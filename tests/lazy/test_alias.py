@@ -99,6 +99,7 @@ def _target_key(path: Path) -> str:
     return record["target"]
 
 
+@pytest.mark.fallback
 def test_unloadable_target_falls_back_to_compiling(tmp_path):
     xlacache.initialize_cache(tmp_path / "c", prefetch=0)
     xl.clear_compiled_cache()
@@ -124,6 +125,7 @@ def test_unloadable_target_falls_back_to_compiling(tmp_path):
     assert _lowerings() == lowerings
 
 
+@pytest.mark.fallback
 def test_alias_to_another_program_is_refused(tmp_path):
     xlacache.initialize_cache(tmp_path / "c", prefetch=0)
     xl.clear_compiled_cache()

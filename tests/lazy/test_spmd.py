@@ -98,6 +98,7 @@ def test_sharded_entries_reload_in_a_fresh_process_and_other_meshes_miss(tmp_pat
         assert run["specs"] == (w if name != "mesh8" else cold)[name]["specs"]
 
 
+@pytest.mark.fallback
 def test_an_alias_recording_other_placements_is_a_miss_not_a_wrong_program(tmp_path):
     r = child("forged", str(tmp_path / "cache"))
     assert r["first"]["counters"]["UncachedCompile"] == 1

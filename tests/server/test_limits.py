@@ -45,6 +45,19 @@ def test_rate_limiter_allows_a_burst_per_caller_then_refuses():
     assert limiter.allow("b")  # callers are limited apart
 
 
+def test_rate_limiter_reserves_tokens_in_order_for_waiting_callers():
+    """`reserve` (the lease polls' pacing): each caller's next token comes one spacing
+    after the one before, so waits share the rate; `allow` refuses while they are owed."""
+    limiter = RateLimiter(Rate(per_second=0.001, burst=1))  # a token every 1000 s
+    first, second, third = (limiter.reserve() for _ in range(3))
+    assert first == 0.0
+    assert 990 < second <= 1000 and 1990 < third <= 2000
+    assert not limiter.allow()
+    assert limiter.reserve("other") == 0.0
+    never = RateLimiter(Rate(per_second=0, burst=1))  # a burst, then nothing
+    assert never.allow() and not never.allow() and never.reserve() > 1e9
+
+
 def test_watchdog_forgets_cancelled_deadlines_long_before_they_come():
     dog = Watchdog()
     try:

@@ -110,6 +110,7 @@ def test_the_ring_survives_a_restart_and_lives_in_the_store_directory(tmp_path):
     assert [m["key"] for m in json.loads(on_disk.stdout)["misses"]] == keys
 
 
+@pytest.mark.fallback
 def test_explainer_reports_are_rate_limited_and_never_cost_the_compile(tmp_path, monkeypatch):
     class Refusing:
         def __init__(self, exc):
@@ -139,6 +140,7 @@ def test_explainer_reports_are_rate_limited_and_never_cost_the_compile(tmp_path,
     assert figures.get("miss_reports", 0) == 0
 
 
+@pytest.mark.fallback
 def test_a_store_that_refuses_our_credentials_is_not_asked_again(tmp_path):
     from xlacache.errors import PermissionDeniedError
     from xlacache.stores.local import LocalStore

@@ -34,6 +34,7 @@ def replicas(tmp_path, gcs, request):
         srv.stop(signal.SIGKILL)
 
 
+@pytest.mark.fallback
 def test_replicas_share_entries_and_leases_and_survive_one_dying(replicas, gcs):
     a, b = replicas("a"), replicas("b")
     key, blob = make_entry("shared")

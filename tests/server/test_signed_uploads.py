@@ -90,6 +90,7 @@ def test_refusal_is_permission_denied_with_a_reason_and_detail(signed_server):
     channel.close()
 
 
+@pytest.mark.fallback
 def test_a_tier_that_does_not_sign_counts_untrusted_and_stops_uploading(tmp_path, signed_server):
     remote = GrpcStore(signed_server.url, timeout=10)
     refusals_before = remote.server_stats().counters["requests.Put.PERMISSION_DENIED"]
@@ -107,6 +108,7 @@ def test_a_tier_that_does_not_sign_counts_untrusted_and_stops_uploading(tmp_path
     tier.close()
 
 
+@pytest.mark.fallback
 @pytest.mark.slow
 def test_real_jax_writer_signs_and_the_server_takes_only_its_entries(tmp_path, keys):
     _, public_file, _ = keys

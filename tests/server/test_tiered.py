@@ -59,6 +59,7 @@ def test_readonly_tier_never_uploads(tmp_path, server):
     assert not GrpcStore(server.url).contains(key)
 
 
+@pytest.mark.fallback
 @pytest.mark.slow
 def test_read_token_tier_stops_uploading_after_refusal(tmp_path, auth_server):
     worker = tier(tmp_path, "w", auth_server.url, token=READ_TOKEN)
@@ -91,6 +92,7 @@ def _dead_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.fallback
 def test_dead_remote_degrades_to_local_with_one_warning(tmp_path):
     url = f"grpc://127.0.0.1:{_dead_port()}"
     t = TieredStore(LocalStore(tmp_path / "l"), GrpcStore(url, timeout=1))
@@ -109,6 +111,7 @@ def test_dead_remote_degrades_to_local_with_one_warning(tmp_path):
     t.close()
 
 
+@pytest.mark.fallback
 def test_server_killed_mid_run_tier_keeps_working(tmp_path, server):
     t = TieredStore(
         LocalStore(tmp_path / "k"),
@@ -130,6 +133,7 @@ def test_server_killed_mid_run_tier_keeps_working(tmp_path, server):
     t.close()
 
 
+@pytest.mark.fallback
 @pytest.mark.slow
 def test_hung_server_costs_short_timeouts_then_backs_off(tmp_path, server):
     t = TieredStore(LocalStore(tmp_path / "h"), GrpcStore(server.url, timeout=1))

@@ -143,6 +143,7 @@ class StoreContract:
 
     # -- corrupt entries ----------------------------------------------------------------
 
+    @pytest.mark.fallback
     def test_corrupt_entry_is_reported_and_removed(self, store):
         key, blob = make_blob(5)
         self.put(store, key, blob)
@@ -153,6 +154,7 @@ class StoreContract:
         self.put(store, key, blob)  # the next write replaces it
         assert store.get(key) == blob
 
+    @pytest.mark.fallback
     def test_corrupt_entry_is_kept_by_a_readonly_store(self, store):
         key, blob = make_blob(6)
         self.put(store, key, blob)

@@ -27,6 +27,7 @@ import pytest
 from tests.conftest import make_key
 from tests.waiting import wait_for
 from xlacache import counters
+from xlacache.errors import InvalidKeyError
 from xlacache.stores.leases import LeaseTable, Wake
 
 CHILD_SECONDS = 60.0
@@ -81,7 +82,7 @@ class LeaseContract:
         table.release(make_key(3), "holder-b")
 
     def test_malformed_names_are_refused(self, table):
-        with pytest.raises(ValueError):
+        with pytest.raises(InvalidKeyError):
             table.acquire("../../etc/passwd", "holder-a", 30)
 
     def test_of_many_concurrent_acquirers_one_wins(self, table):
@@ -162,10 +163,14 @@ class LeaseContract:
     # -- waits ---------------------------------------------------------------------------
 
     def test_a_wait_ends_when_the_holder_releases(self, table):
+        """Well before its deadline: released at 0.3 s, a 60 s wait (a server blocks 20 s
+        a call) returns within 10 s, not once its budget is slept and one look taken."""
         name = make_key(11)
         assert table.acquire(name, "holder-a", 30).granted
         threading.Timer(0.3, table.release, args=(name, "holder-a")).start()
-        waited = table.wait(name, CHILD_SECONDS)
+        start = time.monotonic()
+        waited = table.wait(name, 60.0)
+        assert time.monotonic() - start < 10.0
         assert waited.wake is Wake.RELEASED
         polls = counters.snapshot()["lease_polls"]
         assert waited.pushed == self.pushes and (polls == 0) == self.pushes
@@ -208,6 +213,26 @@ class LeaseContract:
         )
         wait_for(ready.exists, CHILD_SECONDS, "the holder to take its lease", procs=[proc])
         return proc
+
+    def test_a_killed_holder_ends_a_blocked_wait_and_is_taken_over(self, table, tmp_path):
+        """The fast variant (make test-fast) of the killed-holder tests: a wait on a holder
+        that is killed ends at once (its lease would live LONG_TTL), as abandoned, and the
+        next acquire is a takeover."""
+        if not self.sees_death:
+            pytest.skip("a dead holder's lease ends with its ttl")
+        name = make_key(17)
+        proc = self._start_holder(table, name, LONG_TTL, tmp_path / "ready")
+        try:
+            assert table.holder(name) == "child-holder"
+            threading.Timer(0.2, proc.kill).start()  # while the wait below blocks (or before)
+            waited = table.wait(name, CHILD_SECONDS)
+        finally:
+            proc.kill()
+            proc.wait(30)
+        assert waited.wake is Wake.ABANDONED and waited.pushed
+        grant = table.acquire(name, "waiter", 30)
+        assert grant.granted and grant.taken_over
+        table.release(name, "waiter")
 
     @pytest.mark.slow
     def test_a_killed_holder_is_noticed_at_once(self, table, tmp_path):

@@ -199,6 +199,7 @@ def test_a_stalled_gcs_costs_one_deadline(gcs):
     assert gcs.proxy.requests == []
 
 
+@pytest.mark.fallback
 def test_forbidden_is_a_permission_error_and_a_tier_stops_uploading(gcs, tmp_path):
     store = GCSStore(gcs.url())
     remote = GCSStore(gcs.url())
@@ -308,6 +309,26 @@ def test_use_is_recorded_at_most_once_per_interval(gcs):
     assert store.prune(PrunePolicy(unused_for=DAY), dry_run=True) == []
 
 
+def test_peek_leaves_hits_and_last_use_alone(gcs):
+    """A tool's read (export, sign, diff) or prefetch's is no use: no metadata patch, and
+    hits and last use stay as they were; the `get` after it is one."""
+    store = GCSStore(gcs.url())
+    created = time.time() - 2 * DAY
+    key, blob = make_blob(16, created=created)
+    store.put(key, blob)
+    gcs.proxy.reset_log()
+    assert store.peek(key) == blob and store.peek(key) == blob
+    store.close()  # waits for background use records: there must be none
+    assert [r for r in gcs.proxy.writes() if r[0] == "PATCH"] == []
+    info = GCSStore(gcs.url()).stat(key)
+    assert info.hits == 0 and info.last_used == pytest.approx(created)
+    reader = GCSStore(gcs.url())
+    assert reader.get(key) == blob
+    reader.close()
+    assert reader.stat(key).hits == 1
+
+
+@pytest.mark.fallback
 def test_use_records_stop_when_refused_and_can_be_turned_off(gcs):
     store = GCSStore(gcs.url())
     keys = []
@@ -363,6 +384,7 @@ def test_an_unreachable_endpoint_fails_within_the_deadline(gcs):
         objects.stat("XLACACHE")
 
 
+@pytest.mark.fallback
 def test_a_writer_without_create_permission_still_reads(gcs):
     writer = GCSStore(gcs.url())
     key, blob = make_blob(40)

@@ -36,7 +36,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from xlacache import config
 from xlacache.errors import CacheError, NotACacheError
-from xlacache.stores import EntryInfo, Store, is_remote_url, open_store
+from xlacache.stores import EntryInfo, Store, is_remote_url, open_store, store_kind
 from xlacache.units import format_size
 
 MANY_ENTRIES = 500  # show progress even when stderr is not a terminal
@@ -212,10 +212,10 @@ def open_cache(url: str, *, readonly: bool, token: str | None, create: bool = Fa
 
 def local_path(url: str) -> Path | None:
     """The directory a local store URL names; None for remote URLs."""
+    if store_kind(url) != "directory":
+        return None
     parsed = urlparse(url)
-    if parsed.scheme == "file":
-        return Path(parsed.path)
-    return Path(url).expanduser() if parsed.scheme == "" else None
+    return Path(parsed.path) if parsed.scheme else Path(url).expanduser()
 
 
 def print_json(data: Any) -> None:

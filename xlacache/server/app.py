@@ -63,7 +63,7 @@ class CacheServer:
         self.metrics = ServerMetrics(local_disk(self.store).summary, config.max_size)
         self.watchdog = Watchdog()
         self.idle = IdleMonitor(
-            config.idle_timeout, on_idle=self.metrics.rejected.labels("idle").inc
+            config.idle_timeout, on_idle=lambda: self.metrics.add("rejected", 1, "idle")
         )
         self.service = CacheService(
             self.store, config, self.tokens, self.metrics, self.watchdog,

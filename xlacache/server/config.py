@@ -18,13 +18,13 @@ from collections.abc import Mapping
 from dataclasses import make_dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from xlacache.config import BOOL, COUNT, DURATION, FILE, SIZE, TEXT, Kind, Setting, split_list
 from xlacache.entry import MAX_ENTRY_SIZE
 from xlacache.errors import ConfigError
 from xlacache.protocol import DEFAULT_PORT
 from xlacache.signing import TrustedKeys, load_trusted_keys
+from xlacache.stores import is_bucket_url, store_kind
 from xlacache.stores.durability import fsync_mode
 from xlacache.units import compact_size
 
@@ -121,13 +121,12 @@ class _Checks:
     def validate(self) -> ServerConfig:
         if not self.store:
             raise ConfigError("no store: pass --store DIR or --store gs://BUCKET/PREFIX")
-        scheme = urlparse(self.store).scheme
         if is_bucket_url(self.store):
             if not self.cache_dir:
                 raise ConfigError(
                     f"--store {self.store} needs --cache-dir DIR (local disk in front of it)"
                 )
-        elif scheme not in ("", "file"):
+        elif store_kind(self.store) != "directory":
             raise ConfigError(f"cannot serve {self.store!r}: use a directory or gs://BUCKET")
         elif self.cache_dir:
             raise ConfigError("--cache-dir goes with --store gs://...; a directory store is local")
@@ -278,11 +277,6 @@ def load_config(
         )
     )
     return replace(ServerConfig(), **merged).validate()
-
-
-def is_bucket_url(store: str) -> bool:
-    """Whether a --store value names a Cloud Storage bucket (gs:// or gcs://)."""
-    return urlparse(store).scheme in ("gs", "gcs")
 
 
 def split_host_port(address: str) -> tuple[str, int]:

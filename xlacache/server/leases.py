@@ -14,9 +14,9 @@ client at a time.
   `max_blocked` calls at once; beyond that it answers at once and the client polls)
   until the lease ends or the holder's entry is stored here (`LeaseTable.notify`).
 
-Figures: leases granted, taken over and expired on disconnect, waits that ended by how,
-compiles avoided, seconds spent waiting and wake latency (as the waiting clients report
-them), waits blocked now.
+Figures (rows of `server.metrics.FIGURES`): leases granted, refused, taken over and
+expired on disconnect, waits that ended by how, compiles avoided, seconds spent waiting
+and wake latency (as the waiting clients report them), waits blocked now.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-
-from prometheus_client import Counter, Gauge
 
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import InvalidRequestError
@@ -61,47 +59,6 @@ class LeaseHandlers:
         self.heartbeat = min(HEARTBEAT, idle_timeout / 3) if idle_timeout > 0 else HEARTBEAT
         self.max_hold = min(MAX_HOLD, request_timeout * 0.8) if request_timeout > 0 else MAX_HOLD
         self._blocked = threading.BoundedSemaphore(max(1, max_blocked))
-        r = metrics.registry
-        self.granted = Counter("xlacache_leases_granted", "Leases granted", registry=r)
-        self.taken_over = Counter(
-            "xlacache_leases_taken_over",
-            "Leases granted over an expired one (its holder died or stalled)",
-            registry=r,
-        )
-        self.disconnected = Counter(
-            "xlacache_leases_expired_on_disconnect",
-            "Leases expired at once because their holder's connection broke (it died)",
-            registry=r,
-        )
-        self.refused = Counter(
-            "xlacache_leases_refused", "Acquires refused: another client holds the lease",
-            registry=r,
-        )  # fmt: skip
-        self.waits = Counter(
-            "xlacache_lease_waits", "Waits for another client's compile, ended by outcome",
-            ["outcome"], registry=r,
-        )  # fmt: skip
-        self.wakes = Counter(
-            "xlacache_lease_wakes", "Blocked LeaseWait calls that ended by how the lease ended",
-            ["wake"], registry=r,
-        )  # fmt: skip
-        self.blocked = Gauge(
-            "xlacache_lease_waits_blocked", "LeaseWait calls blocked on the server now",
-            registry=r,
-        )  # fmt: skip
-        self.avoided = Counter(
-            "xlacache_compiles_avoided",
-            "Compiles avoided: waits that ended loading another client's entry",
-            registry=r,
-        )
-        self.wait_seconds = Counter(
-            "xlacache_wait_seconds", "Seconds clients spent waiting on leases", registry=r
-        )
-        self.wake_seconds = Counter(
-            "xlacache_wake_seconds",
-            "Seconds from a holder's entry being created to a waiting client loading it",
-            registry=r,
-        )
 
     # -- Lease -----------------------------------------------------------------------------
 
@@ -128,13 +85,11 @@ class LeaseHandlers:
     def _acquire(self, key: str, holder: str, ttl: float) -> pb.LeaseResponse:
         grant = self.table.acquire(key, holder, ttl)
         if grant.granted:
-            self.granted.inc()
             self.metrics.add("leases_granted")
             if grant.taken_over:
-                self.taken_over.inc()
                 self.metrics.add("leases_taken_over")
         else:
-            self.refused.inc()
+            self.metrics.add("leases_refused")
         return pb.LeaseResponse(
             granted=grant.granted, taken_over=grant.taken_over, holder=grant.holder
         )
@@ -165,7 +120,6 @@ class LeaseHandlers:
         finally:
             if not rebound and not context.is_active() and self.table.holder(key) == holder:
                 self.table.expire(key, holder)  # its holder is gone: a waiter takes over
-                self.disconnected.inc()
                 self.metrics.add("leases_expired_on_disconnect")
 
     # -- LeaseWait -------------------------------------------------------------------------
@@ -178,7 +132,6 @@ class LeaseHandlers:
             raise InvalidRequestError("wait_seconds out of range")
         if request.wait_seconds > 0 and self._blocked.acquire(blocking=False):
             try:
-                self.blocked.inc()
                 self.metrics.add("lease_waits_blocked")
                 remaining = context.time_remaining()
                 budget = min(request.wait_seconds, MAX_WAIT)
@@ -186,10 +139,9 @@ class LeaseHandlers:
                     budget = min(budget, max(0.0, remaining - 1.0))  # answer within its deadline
                 waited = self.table.wait(key, budget, free=request.free)
             finally:
-                self.blocked.dec()
                 self.metrics.add("lease_waits_blocked", -1)
                 self._blocked.release()
-            self.wakes.labels(waited.wake.value).inc()
+            self.metrics.add("lease_wakes", 1, waited.wake.value)
             return pb.LeaseWaitResponse(holder=waited.holder, wake=_WAKES[waited.wake], waited=True)
         holder, ended, _, _ = self.table.state(key)
         wake = Wake.HELD if holder is not None else ended
@@ -199,13 +151,10 @@ class LeaseHandlers:
         seconds, wake = request.waited_seconds, request.wake_seconds
         if not (0 <= seconds <= MAX_REPORTED_WAIT and 0 <= wake <= MAX_REPORTED_WAIT):
             raise InvalidRequestError("waited_seconds or wake_seconds out of range")
-        self.waits.labels("loaded" if request.loaded else "compiled").inc()
-        self.wait_seconds.inc(seconds)
+        self.metrics.add("lease_waits", 1, "loaded" if request.loaded else "compiled")
         self.metrics.add("wait_seconds", seconds)
         if request.loaded:
-            self.avoided.inc()
             self.metrics.add("compiles_avoided")
-            self.wake_seconds.inc(wake)
             self.metrics.add("wake_seconds", wake)
         return pb.LeaseWaitResponse()
 

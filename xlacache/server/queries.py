@@ -100,7 +100,7 @@ class Queries:
     def verify(self, request, context) -> pb.VerifyResponse:
         report = self.store.verify(repair=request.repair)
         if report.corrupt and request.repair:
-            self.metrics.corrupt.inc(len(report.corrupt))
+            self.metrics.add("corrupt_entries", len(report.corrupt))
         return pb.VerifyResponse(**report.to_dict())
 
     def report_corrupt(self, request, context) -> pb.ReportCorruptResponse:
@@ -108,7 +108,7 @@ class Queries:
         file; a few run at once, more are refused (`REPORT_RATE` limits each token)."""
         key = check_key(request.key)
         if not self.verifications.try_acquire():
-            self.metrics.rejected.labels("busy").inc()
+            self.metrics.add("rejected", 1, "busy")
             raise ServerBusyError("server busy: checking other reported entries, retry later")
         try:
             self.store.check(key)

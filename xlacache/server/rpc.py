@@ -170,15 +170,15 @@ class Gate:
         try:
             principal = self.tokens.authenticate(context.invocation_metadata())
         except UnauthenticatedError:
-            self.metrics.rejected.labels("auth").inc()
+            self.metrics.add("rejected", 1, "auth")
             raise
         _client.set(principal.name)
         self._permit(principal, role)
         if limiter is not None and not limiter.allow(principal.name):
-            self.metrics.rejected.labels("rate").inc()
+            self.metrics.add("rejected", 1, "rate")
             raise RateLimitedError(f"too many calls of this kind from {principal.name!r}")
         if not self.slots.try_acquire():
-            self.metrics.rejected.labels("busy").inc()
+            self.metrics.add("rejected", 1, "busy")
             raise ServerBusyError(f"server busy: {self.slots.capacity} calls running, retry later")
         return _Admitted(
             principal,
@@ -190,7 +190,7 @@ class Gate:
         try:
             self.tokens.permit(principal, role)
         except PermissionDeniedError:
-            self.metrics.rejected.labels("auth").inc()
+            self.metrics.add("rejected", 1, "auth")
             raise
 
     def _finish(

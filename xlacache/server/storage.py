@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Union
 
-from xlacache.server.config import ServerConfig, is_bucket_url
+from xlacache.server.config import ServerConfig
+from xlacache.stores import is_bucket_url
 from xlacache.stores.fronted import FrontedStore
 from xlacache.stores.jobs import DirJobs, JobLog
 from xlacache.stores.leases import LeaseTable, MemoryLeases

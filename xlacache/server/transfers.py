@@ -55,7 +55,9 @@ class Transfers:
         self.config = config
         self.metrics = metrics
         # Bytes received by uploads in progress (not what they declare).
-        self.uploads = ByteBudget(config.upload_memory, on_change=metrics.upload_memory.set)
+        self.uploads = ByteBudget(
+            config.upload_memory, on_change=lambda used: metrics.set("upload_buffer_bytes", used)
+        )
         self.buffers = diskio.BufferPool()
         self.required_signers: TrustedKeys | None = config.trusted_keys()
         self.on_stored: Callable[[str], None] = lambda key: None  # wakes lease waiters
@@ -69,13 +71,13 @@ class Transfers:
         try:
             f = self.store.open_entry(key)  # read-through over a bucket
         except FileNotFoundError:
-            self.metrics.miss()
+            self.metrics.add("misses")
             yield wire.get_first(False)
             return
         with f:
             size = os.fstat(f.fileno()).st_size
             if not self._whole(key, f, size):
-                self.metrics.miss()
+                self.metrics.add("misses")
                 yield wire.get_first(False)
                 return
             f.seek(0)
@@ -111,7 +113,7 @@ class Transfers:
             return False
 
     def remove_corrupt(self, key: str) -> None:
-        self.metrics.corrupt.inc()
+        self.metrics.add("corrupt_entries")
         try:
             self.store.delete(key)
         except OSError as exc:
@@ -143,7 +145,7 @@ class Transfers:
                 self.store.put_file(key, tmp, header, size)  # fsync, rename, index
             finally:
                 tmp.unlink(missing_ok=True)  # put_file consumed it, or the upload failed
-        self.metrics.received(size)
+        self.metrics.add("bytes_received", size)
         self.on_stored(key)
         return pb.PutResponse(stored=True)
 
@@ -154,7 +156,7 @@ class Transfers:
         if self.config.idle_timeout > 0:
             wait = min(wait, self.config.idle_timeout / 2)
         if not held.take(amount, wait):
-            self.metrics.rejected.labels("busy").inc()
+            self.metrics.add("rejected", 1, "busy")
             raise ServerBusyError("server busy: too many uploads in progress, retry later")
 
     def _first_message(self, messages: Iterator[bytes]) -> _PutHeader:
@@ -173,7 +175,7 @@ class Transfers:
             raise InvalidRequestError(f"malformed PutRequest: {exc}") from None
         check_key(first.key)
         if first.size > self.config.max_entry_size:
-            self.metrics.rejected.labels("too_large").inc()
+            self.metrics.add("rejected", 1, "too_large")
             raise EntryTooLargeError(
                 f"entry of {first.size} bytes is over this server's limit of "
                 f"{self.config.max_entry_size} bytes"
@@ -210,7 +212,7 @@ class Transfers:
                 raise RequestCancelledError(message)
             raise InvalidRequestError(message)
         if reader.body_sha256 != first.payload_sha256:
-            self.metrics.rejected.labels("digest").inc()
+            self.metrics.add("rejected", 1, "digest")
             raise CorruptEntryError(
                 f"payload digest mismatch for {first.key}: declared {first.payload_sha256}, "
                 f"received {reader.body_sha256}; nothing stored"
@@ -231,7 +233,7 @@ class Transfers:
         try:
             self.required_signers.check(header)
         except UntrustedEntryError as exc:
-            self.metrics.rejected.labels("untrusted").inc()
+            self.metrics.add("rejected", 1, "untrusted")
             raise UntrustedEntryError(f"{exc}; nothing stored", exc.reason) from None
 
 

@@ -9,7 +9,7 @@ bazel-remote's cache/ backends.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 
 from xlacache import entry
@@ -43,6 +43,32 @@ class EntryInfo:
         return wrong_format or (self.jaxlib not in ("", jaxlib))
 
 
+# The one LRU order: least recently used first, ties by key. `lru_split` is the one LRU
+# selection (prune, prefetch, `inspect --would-load`); the index's SQL (eviction inside a
+# write, prune: `stores.index_schema.PRUNE`) orders by LRU_ORDER, and a test holds them
+# to the same choice.
+LRU_ORDER = "last_used, key"
+
+
+def lru_split(
+    infos: Iterable[EntryInfo],
+    max_bytes: int | None = None,
+    limit: int | None = None,
+    size: Callable[[EntryInfo], int] = lambda i: i.size,
+) -> tuple[list[EntryInfo], list[EntryInfo]]:
+    """(older, recent), both least recently used first: `recent` are the most recently
+    used entries that fit in `limit` entries and `max_bytes` (each counted by `size`;
+    None: no limit), `older` the rest: what LRU eviction to that size removes."""
+    ordered = sorted(infos, key=lambda i: (i.last_used, i.key))
+    cut, total = len(ordered), 0
+    while cut > 0 and (limit is None or len(ordered) - cut < limit):
+        total += size(ordered[cut - 1])
+        if max_bytes is not None and total > max_bytes:
+            break
+        cut -= 1
+    return ordered[:cut], ordered[cut:]
+
+
 @dataclass(frozen=True)
 class PrunePolicy:
     """What `Store.prune` removes. None means no limit of that kind."""
@@ -61,24 +87,16 @@ class PrunePolicy:
     def select(self, infos: Iterable[EntryInfo], now: float) -> list[EntryInfo]:
         """The entries this policy removes: too old or unused first, then least recently
         used ones until the rest fit in max_size."""
-        doomed: dict[str, EntryInfo] = {}
+        doomed: list[EntryInfo] = []
         survivors: list[EntryInfo] = []
-        for info in sorted(infos, key=lambda i: i.last_used):  # least recent first
+        for info in infos:
             too_old = self.older_than is not None and now - info.created > self.older_than
             unused = self.unused_for is not None and now - info.last_used > self.unused_for
             stale = self.stale_for is not None and info.is_stale(self.stale_for)
-            if too_old or unused or stale:
-                doomed[info.key] = info
-            else:
-                survivors.append(info)
+            (doomed if too_old or unused or stale else survivors).append(info)
         if self.max_size is not None:
-            excess = sum(i.size for i in survivors) - self.max_size
-            for info in survivors:
-                if excess <= 0:
-                    break
-                doomed[info.key] = info
-                excess -= info.size
-        return list(doomed.values())
+            doomed += lru_split(survivors, self.max_size)[0]
+        return doomed
 
 
 @dataclass

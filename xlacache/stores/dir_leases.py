@@ -20,7 +20,6 @@ write nothing (readers on a read-only mount may call them).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -29,6 +28,8 @@ import time
 import uuid
 from pathlib import Path
 
+from xlacache import counters
+from xlacache.key import check_key
 from xlacache.stores.leases import (
     HOST,
     Grant,
@@ -36,7 +37,6 @@ from xlacache.stores.leases import (
     LeaseTable,
     Waited,
     Wake,
-    check_name,
     clamp_ttl,
 )
 
@@ -54,7 +54,7 @@ class DirLeases(LeaseTable):
         self._lock = threading.Lock()
 
     def _path(self, name: str) -> Path:
-        return self.dir / f"{check_name(name)}.lock"
+        return self.dir / f"{check_key(name)}.lock"
 
     # -- holding ---------------------------------------------------------------------------
 
@@ -206,12 +206,14 @@ class DirLeases(LeaseTable):
         outcome: list[Wake] = []
         unlocked = threading.Event()
 
+        @counters.background("lease.wait")
         def block() -> None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH)  # returns when the holder lets go or dies
                 outcome.append(_ended(fd))
-            except OSError:
+            except OSError as exc:  # the waiter looks again (its entry, or the lease)
                 outcome.append(Wake.RELEASED)
+                counters.hidden("lease.wait", exc)
             finally:
                 os.close(fd)
                 unlocked.set()
@@ -234,15 +236,21 @@ class DirLeases(LeaseTable):
         with self._lock:
             held = list(self._held)
         for name, holder in held:  # only a store closed mid-compile gets here
-            with contextlib.suppress(OSError):
+            try:
                 self.release(name, holder)
+            except OSError as exc:  # the lock ends with our descriptors
+                counters.hidden("lease.release", exc)
 
 
 def _read_record(fd: int) -> dict:
+    """The lease record in the file (empty: just created, not yet written). One that
+    cannot be read or parsed counts as none (`counters.hidden`): records are written
+    whole (`_write_record`), so that is a failing disk or a bug."""
     try:
         data = os.pread(fd, 4096, 0)
         record = json.loads(data) if data else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        counters.hidden("lease.record", exc)
         return {}
     return record if isinstance(record, dict) else {}
 

@@ -31,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from xlacache import counters
 from xlacache.config import parse_bool
 from xlacache.errors import ConfigError
 
@@ -110,6 +111,7 @@ class Syncer:
                 fsync_path(path)
             except OSError as exc:  # a full or failing disk: reads will tell, entry by entry
                 log.warning("fsync of %s failed: %s", path, exc)
+                counters.hidden("fsync", exc)
         return len(batch)
 
     def close(self) -> None:
@@ -137,6 +139,7 @@ class Syncer:
         self._thread = threading.Thread(target=self._run, name="xlacache-fsync", daemon=True)
         self._thread.start()
 
+    @counters.background("fsync")
     def _run(self) -> None:
         while True:
             with self._cond:

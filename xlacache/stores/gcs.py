@@ -401,6 +401,7 @@ class GCSStore(Store):
             except queue.Full:
                 counters.add("gcs_touch_failures")
 
+    @counters.background("gcs.touch")
     def _touch_loop(self) -> None:
         while (item := self._touch_queue.get()) is not None:
             self._touch(*item)
@@ -428,5 +429,7 @@ class GCSStore(Store):
             if isinstance(exc, PermissionDeniedError):
                 self._touch_allowed = False  # no storage.objects.update: stop trying
             counters.add("gcs_touch_failures")
-        except Exception:  # noqa: BLE001 - a use record is never worth an error
+            counters.hidden("gcs.touch", exc)
+        except Exception as exc:  # noqa: BLE001 - a use record is never worth an error
             counters.add("gcs_touch_failures")
+            counters.hidden("gcs.touch", exc)

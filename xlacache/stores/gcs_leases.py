@@ -27,13 +27,14 @@ from __future__ import annotations
 import json
 import time
 
+from xlacache import counters
+from xlacache.key import check_key
 from xlacache.stores.gcs_objects import GCSObjects
 from xlacache.stores.leases import (
     Grant,
     LeaseState,
     LeaseTable,
     Wake,
-    check_name,
     clamp_ttl,
 )
 
@@ -119,7 +120,7 @@ class GCSLeases(LeaseTable):
     # -- helpers -------------------------------------------------------------------------
 
     def _object(self, name: str) -> str:
-        return LEASES + check_name(name)
+        return LEASES + check_key(name)
 
     def _body(self, holder: str, ttl: float, since: float) -> bytes:
         ttl = clamp_ttl(ttl)
@@ -135,9 +136,12 @@ class GCSLeases(LeaseTable):
 
 
 def _record(data: bytes) -> dict:
+    """A lease object's record; an unreadable one protects nothing (`counters.hidden`:
+    lease objects are written whole, so that is another writer's bug)."""
     try:
         record = json.loads(data)
-    except ValueError:
+    except ValueError as exc:
+        counters.hidden("lease.record", exc)
         return {}
     return record if isinstance(record, dict) else {}
 

@@ -51,6 +51,7 @@ from xlacache.errors import (
     StoreUnavailableError,
     UnauthenticatedError,
 )
+from xlacache.stores import schemes_of
 from xlacache.stores.resilience import CircuitBreaker, RetryPolicy
 
 # The experimental zonal-bucket support probes a gRPC endpoint on first use (60-90 s
@@ -136,11 +137,11 @@ class ObjectInfo:
 
 
 def parse_url(url: str) -> tuple[str, str]:
-    """(bucket, prefix) from gs://bucket[/prefix] (gcs:// too); the prefix has no slashes
-    at either end."""
-    for scheme in ("gs://", "gcs://"):
-        if url.startswith(scheme):
-            bucket, _, prefix = url[len(scheme) :].partition("/")
+    """(bucket, prefix) from gs://bucket[/prefix] (a bucket's scheme in the store
+    registry: gcs:// too); the prefix has no slashes at either end."""
+    for scheme in schemes_of("bucket"):
+        if url.startswith(f"{scheme}://"):
+            bucket, _, prefix = url[len(scheme) + 3 :].partition("/")
             if bucket and "/" not in bucket:
                 return bucket, prefix.strip("/")
     raise ConfigError(f"not a GCS URL: {url!r} (expected gs://BUCKET[/PREFIX])")

@@ -11,9 +11,8 @@ rebuilt from entry headers, and reads never depend on it. Modelled on diskcache:
 - **Bounded eviction inside the write.** `add` inserts a row and, in the same
   transaction, evicts at most `CULL_LIMIT` least recently used (or too old) rows.
 - **Reads never write.** A hit is counted in memory (`note_hit`) and flushed by a
-  background thread with a short busy timeout; a flush that loses the race for the
-  write lock is retried later, and a hit count lost for good costs the LRU order a
-  little accuracy, never a read.
+  background thread with a short busy timeout (`stores.index_hits`); a flush that
+  loses the race for the write lock is retried later.
 - **One connection per thread**, reopened after a fork, closed together by `close`;
   a call that races `close` gets IndexClosedError, never a sign of damage.
 - **Paging in SQL** (`page`): key order, `LIMIT`, on the primary key.
@@ -36,24 +35,30 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from xlacache import counters
 from xlacache.entry import FORMAT_VERSION
-from xlacache.errors import IndexClosedError, IndexCorruptError, ReadOnlyError, StoreIndexError
+from xlacache.errors import (
+    IndexBusyError,
+    IndexClosedError,
+    IndexCorruptError,
+    ReadOnlyError,
+    StoreIndexError,
+)
 from xlacache.stores import index_schema
 from xlacache.stores.base import (
+    LRU_ORDER,
     EntryInfo,
     PrunePolicy,
     StoreSummary,
     VersionSummary,
     group_totals,
 )
+from xlacache.stores.index_hits import FLUSH_BUSY_SECONDS, HitBuffer, Pending
 
 SCHEMA_VERSION = index_schema.VERSION  # PRAGMA user_version (migrations: index_schema)
 CULL_LIMIT = 16  # rows one write may evict
 WRITE_BUSY_SECONDS = 30.0  # a write waits this long for the write lock, then fails (counted)
-FLUSH_SECONDS = 1.0  # how often buffered hits are written
-FLUSH_BUSY_SECONDS = 0.1  # a background flush waits this long for the write lock
-CLOSE_FLUSH_BUSY_SECONDS = 5.0  # the last flush, at close, waits longer
-MAX_PENDING_HITS = 100_000  # keys with buffered hits; hits of further keys are dropped
+CLOSE_FLUSH_BUSY_SECONDS = 5.0  # the last flush of hits, at close, waits longer
 
 COLUMNS = tuple(index_schema.ENTRY_COLUMNS)  # EntryInfo's fields, in its order
 _SELECT = f"SELECT {', '.join(COLUMNS)} FROM entries"
@@ -64,6 +69,7 @@ _UPSERT = (
     + ", last_used = max(last_used, excluded.last_used)"
 )
 _CORRUPT_CODES = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB (primary result codes)
+_BUSY_CODES = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED
 
 # Connections a forked child inherited: never used or closed there (SQLite forbids it).
 _INHERITED: list[sqlite3.Connection] = []
@@ -105,8 +111,7 @@ class Index:
         self.migrated = False  # True when this open migrated an earlier schema's rows
         self._closed = False
         self._connections: list[_Connection] = []
-        self._pending: dict[str, list] = {}  # key -> [hits, last hit time]
-        self._flusher: threading.Thread | None = None
+        self.hits = HitBuffer(self._write_hits)
         self._reset_process_state()
         self._readonly_uri = self._pick_readonly_uri() if readonly else None
         _OPEN_INDEXES.add(self)
@@ -124,12 +129,10 @@ class Index:
             raise
 
     def _reset_process_state(self) -> None:
-        """Fresh locks, connections and hit buffer: at creation, and in a forked child."""
+        """Fresh locks and connections: at creation, and in a forked child."""
         self._pid = os.getpid()
         self._local = threading.local()
         self._registry_lock = threading.Lock()
-        self._pending_lock = threading.Lock()
-        self._wake = threading.Event()
 
     # -- connections -------------------------------------------------------------------
 
@@ -181,8 +184,7 @@ class Index:
         """In a forked child: drop (never close) inherited connections and parent's hits."""
         _INHERITED.extend(c.db for c in self._connections)
         self._connections = []
-        self._pending = {}  # the parent flushes its own hits
-        self._flusher = None
+        self.hits.check_fork()  # the parent flushes its own hits
         self._reset_process_state()
 
     @contextlib.contextmanager
@@ -240,12 +242,11 @@ class Index:
         if os.getpid() != self._pid:
             self._after_fork()
         if not self.readonly:
-            with contextlib.suppress(StoreIndexError):
-                self.flush_hits(CLOSE_FLUSH_BUSY_SECONDS)
+            self._flush_quietly(CLOSE_FLUSH_BUSY_SECONDS)
         with self._registry_lock:
             self._closed = True
             connections, self._connections = self._connections, []
-        self._wake.set()
+        self.hits.close()
         for conn in connections:
             conn.close()  # waits for a query running on it to finish
 
@@ -269,14 +270,14 @@ class Index:
         removes; the entry just added is never among them. Buffered hits are written
         in the same transaction, so eviction sees the latest use of every entry.
         """
-        pending = self._take_pending()
+        pending = self.hits.take()
         try:
             with self._write() as db:
                 self._apply_hits(db, pending)
                 db.execute(_UPSERT, _row(info))
                 return self._cull(db, limits, protect=info.key) if limits else []
         except StoreIndexError:
-            self._requeue(pending)
+            self.hits.requeue(pending)
             raise
 
     def _cull(self, db: sqlite3.Connection, limits: Limits, protect: str) -> list[EntryInfo]:
@@ -293,7 +294,7 @@ class Index:
             excess -= sum(v.size for v in victims.values())
             if excess > 0 and len(victims) < limits.cull_limit:
                 rows = db.execute(
-                    f"{_SELECT} WHERE key != ? ORDER BY last_used LIMIT ?",
+                    f"{_SELECT} WHERE key != ? ORDER BY {LRU_ORDER} LIMIT ?",
                     (protect, limits.cull_limit),
                 )
                 for row in rows:
@@ -321,8 +322,7 @@ class Index:
         rows too old, unused or stale, then least recently used ones while the running
         sum of the rest (a window function over `last_used`) exceeds `max_size`."""
         if not self.readonly:
-            with contextlib.suppress(StoreIndexError):
-                self.flush_hits()  # eviction sees the latest use of every entry
+            self._flush_quietly()  # eviction sees the latest use of every entry
         old = None if policy.older_than is None else now - policy.older_than
         unused = None if policy.unused_for is None else now - policy.unused_for
         params = {"old": old, "unused": unused, "stale": policy.stale_for,
@@ -359,72 +359,40 @@ class Index:
 
     def note_hit(self, key: str, now: float | None = None) -> None:
         """Count a hit in memory; a background thread writes it (reads never write)."""
-        if self.readonly or self._closed:
-            return
-        now = time.time() if now is None else now
-        if os.getpid() != self._pid:
-            self._after_fork()
-        with self._pending_lock:
-            pending = self._pending.get(key)
-            if pending is not None:
-                pending[0] += 1
-                pending[1] = max(pending[1], now)
-            elif len(self._pending) < MAX_PENDING_HITS:
-                self._pending[key] = [1, now]
-            if self._flusher is None:
-                self._flusher = threading.Thread(
-                    target=self._flush_loop, name="xlacache-index-hits", daemon=True
-                )
-                self._flusher.start()
+        if not (self.readonly or self._closed):
+            self.hits.note(key, now)
 
     def flush_hits(self, busy_seconds: float = FLUSH_BUSY_SECONDS) -> None:
         """Write buffered hits now; if that fails (the write lock stayed busy past
         `busy_seconds`) they stay buffered for the next flush and the error is raised."""
-        pending = self._take_pending()
-        if not pending:
-            return
-        try:
-            with self._write(busy_seconds) as db:
-                self._apply_hits(db, pending)
-        except StoreIndexError:
-            self._requeue(pending)
-            raise
+        if os.getpid() != self._pid:
+            self._after_fork()
+        self.hits.flush(busy_seconds)
 
-    def _take_pending(self) -> dict[str, list]:
-        with self._pending_lock:
-            pending, self._pending = self._pending, {}
-        return pending
+    def _flush_quietly(self, busy_seconds: float = FLUSH_BUSY_SECONDS) -> None:
+        """flush_hits where a failure only costs hit counts: busy or closed is no news,
+        anything else is hidden (`counters.hidden`)."""
+        try:
+            self.flush_hits(busy_seconds)
+        except (IndexBusyError, IndexClosedError):
+            pass
+        except StoreIndexError as exc:
+            counters.hidden("index.flush", exc)
+
+    def _write_hits(self, pending: Pending, busy_seconds: float) -> None:
+        with self._write(busy_seconds) as db:
+            self._apply_hits(db, pending)
 
     @staticmethod
-    def _apply_hits(db: sqlite3.Connection, pending: dict[str, list]) -> None:
+    def _apply_hits(db: sqlite3.Connection, pending: Pending) -> None:
         db.executemany(
             "UPDATE entries SET hits = hits + ?, last_used = max(last_used, ?) WHERE key = ?",
             [(hits, when, key) for key, (hits, when) in pending.items()],
         )
 
-    def _requeue(self, pending: dict[str, list]) -> None:
-        with self._pending_lock:
-            for key, (hits, when) in pending.items():
-                mine = self._pending.setdefault(key, [0, when])
-                mine[0] += hits
-                mine[1] = max(mine[1], when)
-
-    def _flush_loop(self) -> None:
-        while not self._closed:
-            self._wake.wait(FLUSH_SECONDS)
-            if self._closed:
-                return
-            with contextlib.suppress(StoreIndexError):  # busy: next time; closed: done
-                self.flush_hits()
-
-    def _pending_hits(self, key: str) -> tuple[int, float]:
-        with self._pending_lock:
-            hits, when = self._pending.get(key, (0, 0.0))
-        return hits, when
-
     def _with_pending(self, row: tuple) -> EntryInfo:
         info = EntryInfo(*row)
-        hits, when = self._pending_hits(info.key)
+        hits, when = self.hits.of(info.key)
         if not hits:
             return info
         return EntryInfo(**{**info.to_dict(), "hits": info.hits + hits,
@@ -460,8 +428,7 @@ class Index:
             row = db.execute(
                 "SELECT entries, bytes, payload_bytes, hits, compile_seconds FROM totals"
             ).fetchone()
-        with self._pending_lock:
-            pending = sum(hits for hits, _ in self._pending.values())
+        pending = self.hits.total()
         entries, size, payload, hits, seconds = row
         return StoreSummary(entries, size, payload, hits + pending, max(0.0, round(seconds, 6)))
 
@@ -483,6 +450,8 @@ def _errors(index: Index) -> Iterator[None]:
             raise IndexCorruptError(message) from exc
         if index.closed:
             raise IndexClosedError(message) from exc
+        if code is not None and code & 0xFF in _BUSY_CODES:
+            raise IndexBusyError(message) from exc
         raise StoreIndexError(message) from exc
 
 
@@ -494,8 +463,10 @@ def _reset_after_fork() -> None:
 def _close_all() -> None:
     """At exit: write the hits still buffered (daemon flushers die with the process)."""
     for index in list(_OPEN_INDEXES):
-        with contextlib.suppress(Exception):
+        try:
             index.close()
+        except Exception as exc:  # noqa: BLE001 - the process is ending: hit counts only
+            counters.hidden("index.close", exc)
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)

@@ -19,6 +19,8 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from xlacache.stores.base import LRU_ORDER
+
 if TYPE_CHECKING:  # imported when a schema is created or migrated: it costs 0.2 s
     import sqlite_utils
 
@@ -76,7 +78,7 @@ GONE = """(:old IS NOT NULL AND created < :old)
 _COLUMNS = ", ".join(ENTRY_COLUMNS)
 PRUNE = f"""
 SELECT {_COLUMNS} FROM (
-    SELECT *, sum(kept) OVER (ORDER BY last_used, key ROWS UNBOUNDED PRECEDING) - kept
+    SELECT *, sum(kept) OVER (ORDER BY {LRU_ORDER} ROWS UNBOUNDED PRECEDING) - kept
         AS before, sum(kept) OVER () AS total
     FROM (SELECT *, {GONE} AS gone, CASE WHEN {GONE} THEN 0 ELSE size END AS kept
           FROM entries)

@@ -43,7 +43,8 @@ from typing import NamedTuple
 
 from xlacache import counters
 from xlacache.errors import kind_of
-from xlacache.key import is_valid_key
+from xlacache.key import check_key
+from xlacache.rates import Rate, RateLimiter
 
 DEFAULT_TTL = 30.0  # seconds a lease lives unless renewed
 MIN_TTL = 1.0
@@ -64,13 +65,6 @@ def new_holder() -> str:
     return f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
-def check_name(name: str) -> str:
-    """Lease names are cache keys (64 lowercase hex digits)."""
-    if not is_valid_key(name):
-        raise ValueError(f"malformed lease name {name!r}")
-    return name
-
-
 def clamp_ttl(ttl: float) -> float:
     return min(MAX_TTL, max(MIN_TTL, float(ttl)))
 
@@ -80,26 +74,6 @@ def poll_interval(age: float) -> float:
     while it is young (most compiles are), a tenth of its age later (a wake costs at most
     ~10 % of the compile), never more than POLL_MAX."""
     return min(POLL_MAX, max(POLL_MIN, age / 10))
-
-
-class _Pacer:
-    """At most `rate` polls a second from this process: `reserve()` is how long to wait
-    for the next slot (slots are handed out in order, so waits share the rate)."""
-
-    def __init__(self, rate: float) -> None:
-        self.spacing = 1.0 / rate
-        self._next = 0.0
-        self._lock = threading.Lock()
-
-    def reserve(self) -> float:
-        with self._lock:
-            now = time.monotonic()
-            slot = max(now, self._next)
-            self._next = slot + self.spacing
-            return slot - now
-
-
-POLLS = _Pacer(MAX_POLL_RATE)
 
 
 @dataclass(frozen=True)
@@ -139,8 +113,13 @@ class Waited:
 
 
 class LeaseTable(abc.ABC):
-    """Exclusive, expiring leases on names, by holder id. Calls may raise CacheError or
-    OSError (the caller then compiles without single-flight)."""
+    """Exclusive, expiring leases on names (cache keys: `key.check_key`, InvalidKeyError),
+    by holder id. Calls may raise CacheError or OSError (the caller then compiles without
+    single-flight)."""
+
+    # The process's polls, all tables and waits together: a look at most every
+    # 1/MAX_POLL_RATE seconds (`RateLimiter.reserve`: how long until the next may go).
+    polls = RateLimiter(Rate(MAX_POLL_RATE, burst=1))
 
     @abc.abstractmethod
     def acquire(self, name: str, holder: str, ttl: float) -> Grant:
@@ -177,7 +156,7 @@ class LeaseTable(abc.ABC):
         start = time.monotonic()
         while True:
             if free:
-                time.sleep(min(timeout, max(poll_interval(0.0), POLLS.reserve())))
+                time.sleep(min(timeout, max(poll_interval(0.0), self.polls.reserve())))
             current, ended, age, expires_in = self.state(name)
             counters.add("lease_polls")
             if current is None or free:
@@ -189,7 +168,7 @@ class LeaseTable(abc.ABC):
             interval = poll_interval(age)
             if expires_in is not None:  # look again just as it would expire unrenewed
                 interval = min(interval, max(POLL_MIN, expires_in))
-            time.sleep(min(left, max(interval, POLLS.reserve())))
+            time.sleep(min(left, max(interval, self.polls.reserve())))
 
     def expire(self, name: str, holder: str) -> None:
         """End the holder's lease as if it had expired (its holder is gone: the next
@@ -221,7 +200,7 @@ class MemoryLeases(LeaseTable):
         self._next_sweep = time.monotonic() + _FORGET_AFTER
 
     def acquire(self, name: str, holder: str, ttl: float) -> Grant:
-        check_name(name)
+        check_key(name)
         now = time.monotonic()
         with self._changed:
             current = self._leases.get(name)
@@ -345,6 +324,7 @@ class HeldLease:
         self._thread = threading.Thread(target=self._beat, name="xlacache-lease", daemon=True)
         self._thread.start()
 
+    @counters.background("lease.renew")
     def _beat(self) -> None:
         while not self._stop.wait(self.ttl / 3):
             try:

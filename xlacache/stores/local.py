@@ -363,10 +363,6 @@ class LocalStore(Store):
         self.remove_stale_temp_files()
         return drift
 
-    def rebuild_index(self) -> int:
-        """Recreate the index from entry headers; returns the number of entries indexed."""
-        return self.index.rebuild()
-
     @property
     def _index(self) -> Index | None:
         """The open SQLite index (None when unusable)."""

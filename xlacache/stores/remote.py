@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 import grpc
 
-from xlacache import config, entry
+from xlacache import config, counters, entry
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache._proto.v1 import cache_pb2_grpc as pb_grpc
 from xlacache.errors import (
@@ -29,6 +29,7 @@ from xlacache.errors import (
 )
 from xlacache.key import check_key
 from xlacache.protocol import CHUNK_SIZE, DEFAULT_PORT, fields_of, method_path, misses, status, wire
+from xlacache.stores import is_remote_url, uses_tls
 from xlacache.stores.base import (
     EntryInfo,
     PrunePolicy,
@@ -66,12 +67,12 @@ TLS_HINT = (
 def parse_target(url: str) -> tuple[str, bool]:
     """('host:port', tls) from grpc://host[:port] or grpcs://host[:port]."""
     parsed = urlparse(url)
-    if parsed.scheme not in ("grpc", "grpcs") or not parsed.hostname:
+    if not is_remote_url(url) or not parsed.hostname:
         raise ConfigError(f"not a remote cache URL: {url!r} (expected grpc://HOST:PORT)")
     host = parsed.hostname
     if ":" in host:
         host = f"[{host}]"
-    return f"{host}:{parsed.port or DEFAULT_PORT}", parsed.scheme == "grpcs"
+    return f"{host}:{parsed.port or DEFAULT_PORT}", uses_tls(url)
 
 
 def _read(path: str | None, setting: str) -> bytes | None:
@@ -382,6 +383,7 @@ class GrpcStore(Store):
                 )
                 self._toucher.start()
 
+    @counters.background("remote.touch")
     def _touch_loop(self) -> None:
         while not self._closed.wait(TOUCH_EVERY):
             self._send_touches()
@@ -393,8 +395,9 @@ class GrpcStore(Store):
             request = pb.TouchRequest(keys=keys)
             try:
                 self._call(lambda: self._unary(self._stub.Touch, request))
-            except CacheError as exc:
+            except CacheError as exc:  # use records only
                 log.debug("touch of %d entries failed: %s", len(keys), exc)
+                counters.hidden("remote.touch", exc)
 
     def close(self) -> None:
         self._closed.set()

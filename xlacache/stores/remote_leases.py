@@ -11,7 +11,6 @@ LeaseHold gets plain Lease acquires (its leases then end by their ttl alone).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -21,15 +20,14 @@ import grpc
 from xlacache import counters
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import CacheError, StoreUnavailableError
+from xlacache.key import check_key
 from xlacache.protocol import status
 from xlacache.stores.leases import (
-    POLLS,
     Grant,
     LeaseState,
     LeaseTable,
     Waited,
     Wake,
-    check_name,
     poll_interval,
 )
 
@@ -122,6 +120,7 @@ class GrpcLeases(LeaseTable):
         )  # fmt: skip
         thread.start()
 
+    @counters.background("lease.hold")
     def _keep(self, name: str, holder: str, call: grpc.Call, request: pb.LeaseRequest) -> None:
         """Read the hold's heartbeats; open another when the server asks (rebind)."""
         while True:
@@ -129,14 +128,19 @@ class GrpcLeases(LeaseTable):
             try:
                 for reply in call:
                     rebind = reply.rebind
-            except grpc.RpcError:
-                return  # released (we cancelled it), or the server went away: the ttl holds
+            except grpc.RpcError as exc:
+                with self._lock:
+                    ours = self._holds.get((name, holder)) is call
+                if ours:  # not released (we cancel after): the server went away, the ttl holds
+                    counters.hidden("lease.hold", exc)
+                return
             with self._lock:
                 if self._holds.get((name, holder)) is not call or not rebind:
                     return
             try:
                 call, reply = self._open(request)  # our own lease: granted again
-            except (CacheError, _Unimplemented):
+            except (CacheError, _Unimplemented) as exc:
+                counters.hidden("lease.hold", exc)  # the ttl holds it
                 return
             with self._lock:
                 if self._holds.get((name, holder)) is None or not reply.granted:
@@ -164,15 +168,17 @@ class GrpcLeases(LeaseTable):
         counters.add("lease_polls")  # answered at once: we poll
         if wake is Wake.HELD or free:
             left = timeout - (time.monotonic() - start)
-            time.sleep(max(0.0, min(left, max(poll_interval(0.0), POLLS.reserve()))))
+            time.sleep(max(0.0, min(left, max(poll_interval(0.0), self.polls.reserve()))))
         return Waited(wake, holder=reply.holder)
 
     def report_wait(self, name: str, loaded: bool, seconds: float, wake_seconds: float) -> None:
         request = pb.LeaseWaitRequest(
             key=name, done=True, loaded=loaded, waited_seconds=seconds, wake_seconds=wake_seconds
         )
-        with contextlib.suppress(CacheError):  # figures only
+        try:
             self._unary(request, self.store.timeout)
+        except CacheError as exc:  # figures only
+            counters.hidden("lease.report", exc)
 
     def close(self) -> None:
         with self._lock:
@@ -183,7 +189,7 @@ class GrpcLeases(LeaseTable):
     # -- plumbing --------------------------------------------------------------------------
 
     def _ask(self, name: str, wait: float, free: bool) -> pb.LeaseWaitResponse:
-        request = pb.LeaseWaitRequest(key=check_name(name), wait_seconds=wait, free=free)
+        request = pb.LeaseWaitRequest(key=check_key(name), wait_seconds=wait, free=free)
         return self._unary(request, wait + self.store.timeout)
 
     def _unary(self, request: pb.LeaseWaitRequest, timeout: float) -> pb.LeaseWaitResponse:
@@ -192,7 +198,7 @@ class GrpcLeases(LeaseTable):
 
     def _request(self, name: str, holder: str, action, ttl: float) -> pb.LeaseRequest:
         self.store._writable()
-        return pb.LeaseRequest(key=check_name(name), holder=holder, action=action, ttl_seconds=ttl)
+        return pb.LeaseRequest(key=check_key(name), holder=holder, action=action, ttl_seconds=ttl)
 
     def _lease(self, request: pb.LeaseRequest) -> pb.LeaseResponse:
         store = self.store

@@ -21,6 +21,7 @@ from xlacache import counters
 from xlacache.errors import (
     CacheError,
     CorruptEntryError,
+    InvalidRequestError,
     PermissionDeniedError,
     ReadOnlyError,
     UntrustedEntryError,
@@ -36,12 +37,23 @@ from xlacache.stores.base import (
 )
 from xlacache.stores.jobs import JobLog
 from xlacache.stores.leases import LeaseTable
+from xlacache.stores.local import LocalStore
 
 log = logging.getLogger("xlacache.tiered")
 
 DEFAULT_QUEUE_ENTRIES = 64
 DEFAULT_QUEUE_BYTES = 2 * 1024**3
 CLOSE_FLUSH_SECONDS = 10.0
+
+
+def tiers(store: Store) -> tuple[Store | None, Store | None]:
+    """(local directory, shared store) of a cache's store (a tier of both, a directory,
+    or a shared store alone); either may be None. The one place a store is split."""
+    if isinstance(store, TieredStore):
+        return store.local, store.remote
+    if isinstance(store, LocalStore):
+        return store, None
+    return None, store
 
 
 class TieredStore(Store):
@@ -157,22 +169,28 @@ class TieredStore(Store):
     def put(self, key: str, blob: bytes) -> None:
         if self.readonly:
             raise ReadOnlyError(f"{self.url} is open read-only")
-        try:
-            if not self.local.readonly:
-                self.local.put(key, blob)
-        finally:  # a full local disk should not keep the entry from other workers
-            self._enqueue(key, blob)
+        self._put_local_then(key, blob, self._enqueue)
 
     def publish(self, key: str, blob: bytes) -> None:
         """Store locally and upload now, in this thread: on return the remote has it
         (unless uploading failed, which is counted as for background uploads)."""
         if self.readonly:
             raise ReadOnlyError(f"{self.url} is open read-only")
+        self._put_local_then(key, blob, self._upload)
+
+    def _put_local_then(self, key: str, blob: bytes, upload) -> None:
+        """Store locally, then `upload`: also when the local store failed (a full local
+        disk should not keep the entry from other workers), unless it refused the entry
+        itself (under another key, malformed): no store would take that."""
         try:
             if not self.local.readonly:
                 self.local.put(key, blob)
-        finally:
-            self._upload(key, blob)
+        except (CorruptEntryError, InvalidRequestError):
+            raise
+        except BaseException:
+            upload(key, blob)
+            raise
+        upload(key, blob)
 
     def leases(self) -> LeaseTable | None:
         """The remote's leases (every process sharing the remote), else the local tier's."""
@@ -219,6 +237,7 @@ class TieredStore(Store):
                 self._thread.start()
             self._cond.notify_all()
 
+    @counters.background("upload")
     def _upload_loop(self) -> None:
         while True:
             with self._cond:
