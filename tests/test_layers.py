@@ -18,7 +18,7 @@ LAYERS = {
     "_version": 0,
     "_proto": 0,
     "errors": 0,
-    "counters": 2.5,  # reads the `strict` setting (config); below stores
+    "counters": 1.5,  # config (above) tells it where the `strict` setting is read
     "rates": 0,
     "units": 1,
     "entry": 1,

@@ -251,6 +251,9 @@ def env_value(name: str, env: Mapping[str, str] = os.environ) -> Any:
     return None
 
 
+counters.read_strict_from(lambda: bool(env_value("strict")))
+
+
 class SettingWarning(UserWarning):
     """A setting of the environment that is ignored: misspelled, or a value that does not
     parse (that one setting keeps its default)."""

@@ -22,7 +22,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from xlacache import config
 from xlacache.errors import CacheError, StrictModeError
 
 R = TypeVar("R")
@@ -101,6 +100,9 @@ def record_error(kind: str, exc: BaseException | str, message: str | None = None
 
 
 _strict: bool | None = None  # the resolved `strict` setting, once initialize_cache ran
+# the `strict` setting as the environment gives it: `config` (a layer above) installs its
+# reader at import (`read_strict_from`), so the variable and its parsing stay in its table
+_strict_in_env: Callable[[], bool] = bool
 _deferred: list[StrictModeError] = []  # raised in background threads, not yet raised again
 _MAX_DEFERRED = 16
 _thread = threading.local()  # .background: this thread runs under `background`
@@ -112,7 +114,13 @@ def strict_mode() -> bool:
     it (``XLACACHE_STRICT``)."""
     if _strict is not None:
         return _strict
-    return bool(config.env_value("strict"))
+    return _strict_in_env()
+
+
+def read_strict_from(reader: Callable[[], bool]) -> None:
+    """Where `strict_mode` reads the environment's `strict` setting (config, at import)."""
+    global _strict_in_env
+    _strict_in_env = reader
 
 
 def set_strict(value: bool | None) -> None:

@@ -48,7 +48,7 @@ def job(monkeypatch):
     monkeypatch.setattr(STATE, "job", Job(0, 2, 0, 2, address))
     monkeypatch.setattr(agreement, "_SEQUENCES", {})
     monkeypatch.setattr(agreement, "_LAST", {})
-    monkeypatch.setenv("XLACACHE_COLLECTIVE_TIMEOUT", "0.3")
+    monkeypatch.setenv("XLACACHE_COLLECTIVE_TIMEOUT", "0.3s")
     yield clients[1]
     monkeypatch.undo()  # STATE.job first: the exit hook posts nothing to this job
     _on_both(clients, "shutdown")  # both at once (a barrier), then the service: no abort
@@ -81,6 +81,6 @@ def test_agreeing_ranks_pass_and_each_failure_has_its_type(job):
 
 def test_a_failure_that_is_no_status_is_raised_as_it_is(job, monkeypatch):
     """Only the coordination service's status errors are classified; a bug is itself."""
-    monkeypatch.setattr(agreement.env, "timeout_s", lambda name, default: float("nan"))  # a bug
+    monkeypatch.setattr(agreement.env, "lazy_setting", lambda name: float("nan"))  # a bug
     with pytest.raises(ValueError, match="NaN"):
         agreement.agree(b"\x01", "step")
