@@ -74,6 +74,7 @@ INTERNALS = (
     Internal("torch._C._ExcludeDispatchKeyGuard", "autocast: an op below AutocastXLA"),
     Internal("torch._C._dynamo.eval_frame.set_eval_frame", "tensor: Dynamo off in dispatch"),
     Internal("torch._C.DispatchKeySet", "tensor: meta kernels"),
+    Internal("torch._C.DispatchKey.Meta", "tensor: meta kernels"),
     Internal("torch._C._construct_storage_from_data_pointer", "tensor: data-less storages"),
     Internal("torch._utils._rebuild_device_tensor_from_cpu_tensor", "tensor: pickling"),
     Internal("torch._guards.detect_fake_mode", "tensor: a lazy tensor's fake"),
@@ -90,6 +91,8 @@ INTERNALS = (
         "torch._functorch.config.guess_tangent_strides_as_outputs",
         "dynamo.backend: contiguous tangents",
     ),
+    Internal("torch._functorch.config.patch", "dynamo.backend: contiguous tangents"),
+    Internal("torch._C._get_fp32_precision_getter", "lowering.precision: the settings"),
 )
 
 
