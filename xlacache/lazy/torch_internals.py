@@ -65,7 +65,7 @@ INTERNALS = (
     ),
     Internal("torch._C._autograd.DeviceType.XLA", "_device: the guard registry's xla slot"),
     Internal("torch._C._autograd.DeviceType.PrivateUse1", "_device: the guard registry"),
-    Internal("torch._C._autograd.DeviceType.Meta", "_device: a no-op guard (torch 2.9)"),
+    Internal("torch._C._GLIBCXX_USE_CXX11_ABI", "_device: the guard's build (torch 2.9)"),
     Internal("torch._C._get_privateuse1_backend_name", "rng: torch's seeding hook"),
     Internal("torch._register_device_module", "rng: torch's seeding hook"),
     Internal("torch.random._seed_custom_device", "rng: torch.manual_seed calls the hook"),
@@ -126,6 +126,45 @@ def aten_ops(*names: str) -> list[Any]:
     return [op for op in map(aten_op, names) if op is not None]
 
 
+def lazy_inner_tensors() -> list[str]:
+    """The inner tensors a ``LazyTensor`` names to torch's subclass protocol
+    (``__tensor_flatten__``): none from torch 2.12 (``lazy_inner_tensors_since_2_12``); before,
+    its meta tensor (``lazy_inner_tensors_before_2_12``)."""
+    if torch_version() >= (2, 12):
+        return lazy_inner_tensors_since_2_12()
+    return lazy_inner_tensors_before_2_12()
+
+
+def lazy_inner_tensors_since_2_12() -> list[str]:
+    """None: Dynamo fakes a lazy tensor as a plain fake ``xla`` tensor."""
+    return []
+
+
+def lazy_inner_tensors_before_2_12() -> list[str]:
+    """Its meta tensor (``_meta``, real): torch 2.9-2.11's ``is_fake`` raises "got mixed fake and
+    real tensors" for a subclass with no inner tensor (``all([]) != any([])``), which Dynamo asks
+    of every tensor it wraps. Dynamo fakes the meta tensor and ``__tensor_unflatten__`` still
+    gives a plain fake ``xla`` tensor."""
+    return ["_meta"]
+
+
+def backend_fakes(fakes: list, example_inputs: list) -> list:
+    """The fake inputs a Dynamo backend hands AOTAutograd: the graph's placeholders' fakes,
+    except on torch 2.9-2.10 (``backend_fakes_before_2_11``)."""
+    tc = torch._guards.TracingContext.try_get()
+    mode = getattr(tc, "fake_mode", None)
+    if mode is None or all(getattr(f, "fake_mode", mode) is mode for f in fakes):
+        return fakes
+    return backend_fakes_before_2_11(mode, example_inputs)
+
+
+def backend_fakes_before_2_11(mode: Any, example_inputs: list) -> list:
+    """torch 2.9-2.10 put a fresh fake mode in the tracing context before calling the backend
+    (the placeholders' fakes belong to the old one, which AOTAutograd refuses to mix): the
+    real inputs faked again in it."""
+    return [mode.from_tensor(x, static_shapes=True) for x in example_inputs]
+
+
 # -- the device guard --------------------------------------------------------------------------
 
 
@@ -167,11 +206,69 @@ def _guard_since_2_10(registry: Any, xla: int) -> Any:
     return guard
 
 
+_GUARD_SOURCE = r"""
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+namespace {
+using c10::Device;
+using c10::DeviceType;
+using c10::Stream;
+// The lazy xla device: one device, no current-device state; every call is a no-op.
+struct XlaGuard final : public c10::impl::DeviceGuardImplInterface {
+  DeviceType type() const override { return DeviceType::XLA; }
+  Device exchangeDevice(Device) const override { return Device(DeviceType::XLA, 0); }
+  Device getDevice() const override { return Device(DeviceType::XLA, 0); }
+  void setDevice(Device) const override {}
+  void uncheckedSetDevice(Device) const noexcept override {}
+  Stream getStream(Device d) const noexcept override { return Stream(Stream::DEFAULT, d); }
+  Stream exchangeStream(Stream s) const noexcept override {
+    return Stream(Stream::DEFAULT, s.device());
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return 1; }
+};
+C10_REGISTER_GUARD_IMPL(XLA, XlaGuard);
+}  // namespace
+"""
+
+
 def _guard_before_2_10(registry: Any, xla: int) -> Any:
-    """torch 2.9 (no ``torch._C._acc``): the meta device's no-op guard in the XLA slot (a
-    lazy device has no current-device state to switch)."""
-    registry[xla] = registry[int(torch._C._autograd.DeviceType.Meta)]
-    return registry
+    """torch 2.9 (no ``torch._C._acc``: Python cannot make a guard): a C++ no-op guard for
+    ``DeviceType::XLA``, compiled once per torch release against torch's own headers (about
+    2 s with the system's C++ compiler; ``$CXX`` or ``c++``) into ``~/.cache/xlacache`` and
+    loaded, which registers it. The autograd engine gives a device with a guard its own
+    queue; the meta device's guard would send it to the CPU's, which has none for it."""
+    import hashlib
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    root = Path(torch.__file__).parent
+    tag = hashlib.sha256(f"{torch.__version__}\0{_GUARD_SOURCE}".encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "xlacache"
+    lib = cache / f"xla_guard-{tag}.so"
+    if not lib.exists():
+        cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+        if cxx is None:
+            raise RuntimeError(
+                f"xlacache.lazy on torch {torch.__version__} needs a C++ compiler once, to build "
+                "the xla device guard (torch 2.10+ needs none): install g++ or set CXX"
+            )
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            src = Path(tmp) / "xla_guard.cpp"
+            src.write_text(_GUARD_SOURCE)
+            abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+            out = Path(tmp) / lib.name
+            subprocess.run(
+                [cxx, "-O1", "-shared", "-fPIC", "-std=c++17", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+                 f"-I{root / 'include'}", str(src), f"-L{root / 'lib'}", "-lc10", "-o", str(out)],
+                check=True, capture_output=True, timeout=300,
+            )  # fmt: skip
+            os.replace(out, lib)  # atomic: another process may build it at the same time
+    handle = ctypes.CDLL(str(lib))  # its static registrar fills the XLA slot
+    if not registry[xla]:
+        raise RuntimeError(f"xlacache.lazy: {lib} did not register the xla device guard")
+    return handle
 
 
 # -- the seeding hook --------------------------------------------------------------------------

@@ -104,6 +104,7 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
             note_fallback("a Dynamo graph input without a fake value")
             return gm.forward
         fakes.append(v)
+    fakes = torch_internals.backend_fakes(fakes, example_inputs)
     seen: dict[str, bool] = {}
     backend = aot_autograd(
         fw_compiler=_compiler("forward", seen),

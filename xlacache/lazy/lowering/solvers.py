@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ..torch_internals import aten_ops
 from .registry import reg
 
 aten = torch.ops.aten
@@ -46,7 +47,8 @@ def _cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> Any
     return (_mH(low) if upper else low), info
 
 
-reg(aten.cholesky.default)(lambda a, upper=False: _cholesky_ex(a, upper)[0])
+# aten::cholesky is gone from torch 2.14 (torch.linalg.cholesky replaced it)
+reg(*aten_ops("cholesky"))(lambda a, upper=False: _cholesky_ex(a, upper)[0])
 
 
 def _cho_solve(b: Any, low: Any) -> Any:
