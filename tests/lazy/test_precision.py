@@ -103,11 +103,11 @@ def test_bfloat16_and_float64_products_keep_their_lowering(lowered):
 )
 def test_a_convolution_follows_cudnn_allow_tf32(lowered, flag, expected):
     dev = xl.device()
-    torch.backends.cudnn.allow_tf32 = flag  # PyTorch's default: True (TF32 allowed)
     conv = torch.nn.Conv2d(2, 3, 3).to(dev)
     x = torch.randn(1, 2, 6, 6, device=dev, requires_grad=True)
-    conv(x).sum().backward()
-    xl.sync()
+    with torch.backends.cudnn.flags(allow_tf32=flag):  # PyTorch's default: True (TF32)
+        conv(x).sum().backward()
+        xl.sync()
     convs = [p for t in lowered for p in _precisions(t, "convolution")]
     assert convs and set(convs) == {expected}
 
