@@ -19,6 +19,7 @@ def swap(request):
     torch.__future__.set_swap_module_params_on_conversion(before)
 
 
+@pytest.mark.slow
 def test_a_trained_module_moves_to_the_device_and_back(swap):
     dev = xl.device()
     torch.manual_seed(0)
@@ -35,6 +36,10 @@ def test_a_trained_module_moves_to_the_device_and_back(swap):
     assert model.head.weight.grad is not None and model.head.weight.grad.device.type == "xla"
     model.to("cpu")
     assert all(p.device.type == "cpu" for p in model.parameters())
+    # back to a plain tensor, torch's ``.data`` path makes a new Parameter per module (only
+    # swapping keeps one object): tied weights come back untied, as docs/lazy.md says
+    assert (model.tok.weight is model.head.weight) == swap
+    model.tok.weight = model.head.weight
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     model.to(dev)  # and again, then a step on the device equals one on the CPU

@@ -125,6 +125,7 @@ def test_graph_keys_differ_by_precision():
     xl.sync()
 
 
+@pytest.mark.slow
 def test_the_dynamo_path_follows_the_setting_and_never_reuses_across_it(lowered):
     dev = xl.device()
     torch._dynamo.reset()
