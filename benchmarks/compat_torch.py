@@ -100,6 +100,7 @@ class Row:
     lazy: str = "-"
     compiled: str = "-"
     seconds: float = 0.0
+    phases: list[float] = field(default_factory=list)  # install, tests, train
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -108,13 +109,14 @@ class Row:
 
     def markdown(self) -> str:
         cells = [self.version, self.resolved, self.tests, self.lazy, self.compiled]
-        cells += [f"{self.seconds:.0f}", "ok" if self.ok else "; ".join(self.problems)]
+        seconds = f"{self.seconds:.0f} ({' + '.join(f'{s:.0f}' for s in self.phases)})"
+        cells += [seconds, "ok" if self.ok else "; ".join(self.problems)]
         return "| " + " | ".join(cells) + " |"
 
 
 HEADER = (
     "| torch | pip resolves | lazy and Dynamo tests | lazy GPT: cold, warm compiles "
-    "| compiled GPT: cold, warm compiles | seconds | status |\n"
+    "| compiled GPT: cold, warm compiles | seconds (install + tests + train) | status |\n"
     "| --- | --- | --- | --- | --- | --- | --- |"
 )
 
@@ -174,6 +176,7 @@ def check_version(version: str, wheel: Path, work: Path, keep: bool, workers: in
             row.problems.append("pip: " + (exc.stderr or exc.stdout).strip().splitlines()[-1])
             return row
         row.resolved = "yes"
+        row.phases.append(time.perf_counter() - start)
         tests = test_copy(work / version)
         done = subprocess.run(
             [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(workers),
@@ -185,8 +188,10 @@ def check_version(version: str, wheel: Path, work: Path, keep: bool, workers: in
         if done.returncode != 0:
             row.problems.append("tests failed")
             print(done.stdout[-6000:], done.stderr[-2000:], file=sys.stderr)
+        row.phases.append(time.perf_counter() - start - sum(row.phases))
         row.lazy = _train(py, tests, work / version / "cache-lazy", "lazy", row)
         row.compiled = _train(py, tests, work / version / "cache-compiled", "compiled", row)
+        row.phases.append(time.perf_counter() - start - sum(row.phases))
     except subprocess.TimeoutExpired as exc:
         row.problems.append(f"timed out: {' '.join(map(str, exc.cmd))[:80]}")
     except subprocess.CalledProcessError as exc:
