@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo test test-fast lint proto docs bench compat clean
+.PHONY: venv demo test test-fast lint proto docs bench compat compat-torch gpu-bench clean
 
 venv: $(STAMP)
 
@@ -55,6 +55,17 @@ bench: venv
 # COMPAT_VERSIONS="0.6.2 0.10.2" for a subset.
 compat: venv
 	$(PY) benchmarks/compat.py $(if $(COMPAT_VERSIONS),--versions $(COMPAT_VERSIONS))
+
+# The torch compatibility matrix (docs/compat.md): a throwaway venv per tested torch release
+# under /tmp (~4.6 GB each, removed after its row), the project's wheel installed with pip,
+# the lazy and Dynamo test modules, a small GPT trained cold and warm (lazy and compiled).
+# COMPAT_TORCH_VERSIONS="2.9.1 2.14.1" for a subset.
+compat-torch: venv
+	$(PY) benchmarks/compat_torch.py $(if $(COMPAT_TORCH_VERSIONS),--versions $(COMPAT_TORCH_VERSIONS))
+
+# The GPU benchmark (docs/gpu.md); here, on the CPU, its quick mode.
+gpu-bench: venv
+	$(PY) benchmarks/gpu.py $(if $(GPU),,--device cpu --quick)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

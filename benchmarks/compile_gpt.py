@@ -39,7 +39,7 @@ BIG = {"layers": 12, "d": 512, "heads": 8, "seq": 128, "batch": 4, "vocab": 1024
 SMALL = {"layers": 2, "d": 64, "heads": 4, "seq": 32, "batch": 4, "vocab": 128}
 
 
-def gpt_child(mode: str, size: dict, steps: int, cache: str) -> dict:
+def gpt_child(mode: str, size: dict, steps: int, cache: str, device: str = "cpu") -> dict:
     import warnings
 
     import torch
@@ -57,7 +57,7 @@ def gpt_child(mode: str, size: dict, steps: int, cache: str) -> dict:
         xlacache.initialize_cache(cache, min_compile_seconds=0)
         dev = xl.device()
     else:
-        dev = torch.device("cpu")
+        dev = torch.device(device)  # eager and inductor: cpu here, cuda in benchmarks/gpu.py
     torch.manual_seed(0)
     v = size["vocab"]
     model = GPT(v, size["d"], size["heads"], size["layers"], size["seq"], 0.0).to(dev)
@@ -157,13 +157,14 @@ def main() -> None:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     args = ap.parse_args()
     size = SMALL if args.small else BIG
     if args.child == "hf":
         print(json.dumps(hf_child(args.model, 10)))
         return
     if args.child:
-        print(json.dumps(gpt_child(args.child, size, args.steps, args.cache)))
+        print(json.dumps(gpt_child(args.child, size, args.steps, args.cache, args.device)))
         return
     common = ["--steps", str(args.steps)] + (["--small"] if args.small else [])
     results: dict = {"uptime": os.popen("uptime").read().strip()}

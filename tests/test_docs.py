@@ -242,11 +242,11 @@ def test_every_cli_example_names_a_real_command_and_real_options():
 
 
 def _example_script_options() -> set[str]:
-    """The options of examples/*.py (their argparse calls, read from the source)."""
+    """The options of examples/*.py and benchmarks/*.py (their argparse calls, as written)."""
     import ast
 
     found = set()
-    for path in (REPO / "examples").glob("*.py"):
+    for path in [*(REPO / "examples").glob("*.py"), *(REPO / "benchmarks").glob("*.py")]:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
                 found |= {a.value for a in node.args if isinstance(a, ast.Constant)}
@@ -262,13 +262,25 @@ def _torchrun_options() -> set[str]:
 _SPAN_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9_-]*[a-z0-9])(?![\w*-])")
 
 
+# pip's options that docs/gpu.md's offline install quotes
+PIP_OPTIONS = {
+    "--no-deps",
+    "--no-index",
+    "--only-binary",
+    "--platform",
+    "--python-version",
+    "--target",
+}
+
+
 def test_every_flag_the_docs_quote_exists():
     """A `--flag` in a code span of README/docs is an option of an xlacache command (of that
-    command, where the span names it), of an example script, of torchrun or pytest; XLA's
-    own flags (--xla_...) are key inputs, not options (issue 27, 8)."""
+    command, where the span names it), of an example script or benchmark, of torchrun, pytest
+    or pip; XLA's own flags (--xla_...) are key inputs, not options (issue 27, 8)."""
     group = typer.main.get_command(app)
     every = _options(group).union(*(_options(c) for c in group.commands.values()))
-    others = _example_script_options() | _torchrun_options() | {"--durations", "--help"}
+    others = _example_script_options() | _torchrun_options() | PIP_OPTIONS
+    others |= {"--durations", "--help"}
     checked = 0
     for doc in DOCS:
         for span in re.findall(r"`([^`\n]+)`", (REPO / doc).read_text()):
@@ -303,18 +315,28 @@ def test_every_xlacache_variable_the_docs_quote_exists():
     assert not MISSPELLED & known and {n for _, n in quoted} >= MISSPELLED
 
 
-def test_compat_md_names_the_tests_make_compat_runs():
+def _benchmark_module(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("compat", REPO / "benchmarks" / "compat.py")
-    compat = importlib.util.module_from_spec(spec)
-    sys.modules["compat"] = compat  # its dataclasses look their module up
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
     try:
-        spec.loader.exec_module(compat)
+        spec.loader.exec_module(module)
     finally:
-        del sys.modules["compat"]
+        del sys.modules[name]
+    return module
+
+
+def test_compat_md_names_the_tests_make_compat_runs():
+    """compat.md names exactly the test files `make compat` and `make compat-torch` run."""
+    sys.path.insert(0, str(REPO / "benchmarks"))  # compat_torch imports compat
+    try:
+        tests = {*_benchmark_module("compat").TESTS, *_benchmark_module("compat_torch").TESTS}
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
     text = (REPO / "docs" / "compat.md").read_text()
-    assert set(re.findall(r"`((?:server/)?test_\w+\.py)`", text)) == set(compat.TESTS)
+    assert set(re.findall(r"`((?:server/|lazy/)?test_\w+\.py)`", text)) == tests
 
 
 def test_make_venv_says_what_each_step_does():
@@ -324,7 +346,7 @@ def test_make_venv_says_what_each_step_does():
     installs = [i for i, line in enumerate(recipe) if "pip install" in line]
     assert len(installs) >= 3
     for i in installs:
-        assert recipe[i - 1].strip().startswith("@echo \"make venv: ["), recipe[i - 1]
+        assert recipe[i - 1].strip().startswith('@echo "make venv: ['), recipe[i - 1]
     assert "ready" in recipe[-1]
 
 

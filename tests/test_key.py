@@ -145,12 +145,16 @@ def spy(backend, computation, devices, compile_options, *a, **k):
 compiler.compile_or_get_cached = spy
 jax.jit(lambda x: x + 1)(jnp.ones(3))
 i = seen["inputs"]
+d = jax.devices()[0]
 print(json.dumps({"platform": i.platform, "kinds": list(i.device_kinds), "jaxlib": i.jaxlib_version,
-                  "has_loc": b"loc(" in i.hlo, "hlo_len": len(i.hlo)}))
+                  "has_loc": b"loc(" in i.hlo, "hlo_len": len(i.hlo),
+                  "jax_platform": d.client.platform, "jax_kind": d.device_kind}))
 """)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.splitlines()[-1])
-    assert got["platform"] == "cpu" and got["kinds"] == ["cpu"]
+    # the platform it runs on: cpu here, cuda on a GPU machine
+    assert got["platform"] == got["jax_platform"] and got["kinds"] == [got["jax_kind"]]
+    assert got["platform"] in ("cpu", "cuda", "rocm", "tpu")
     assert got["jaxlib"].startswith("0.") and got["hlo_len"] > 0
 
 

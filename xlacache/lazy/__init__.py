@@ -95,10 +95,8 @@ from .tensor import LazyTensor  # noqa: E402
 
 _tensor.install_dispatcher(_dispatch.dispatch)
 _env.configure_devices()  # torch_xla's CPU_NUM_DEVICES, before JAX's backend starts
-_device.install(_factories.factory, _factories.copy_from)
-_rng.hook_manual_seed()
-_rng.hook_generator()
-_autocast.install()
+# Nothing in torch changes at import: what the device needs from torch is installed at its
+# first use (``device()``, ``install()``) and undone by ``uninstall()`` (docs/lazy.md).
 
 __all__ = [
     "LazyTensor",
@@ -122,6 +120,7 @@ __all__ = [
     "get_global_mesh",
     "get_rng_state",
     "global_ordinal",
+    "install",
     "is_lazy",
     "is_master_ordinal",
     "is_spmd",
@@ -144,6 +143,7 @@ __all__ = [
     "sharding_spec",
     "short_metrics_report",
     "sync",
+    "uninstall",
     "use_spmd",
     "wait_device_ops",
     "world_size",
@@ -176,10 +176,51 @@ def _cache_from_environment() -> None:
 _cache_from_environment()
 
 
+def _install_dynamo_rules() -> None:
+    """Dynamo's trace rules for the runtime, if Dynamo is loaded (else the backend adds them
+    at its first graph)."""
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        from . import torch_internals
+
+        torch_internals.dynamo_skips_runtime()
+
+
+def install() -> None:
+    """Install what the ``xla`` device needs from torch (``device()`` does it at first use):
+    the device guard and the XLA-key factory kernels, ``torch.autocast("xla")``'s kernels,
+    ``torch.Generator(device="xla")``, the seeding hook of ``torch.manual_seed``, Dynamo's
+    trace rules. Nothing changes for any other device; ``uninstall()`` undoes it."""
+    if _device.active():
+        return
+    _device.activate(
+        [
+            lambda: _device.install(_factories.factory, _factories.copy_from),
+            _autocast.install,
+            _rng.install_generator,
+            _rng.install_seed_hook,
+            _install_dynamo_rules,
+        ]
+    )
+
+
+def uninstall() -> None:
+    """Put torch's global functions back as torch had them (``torch.Generator``,
+    ``torch.set_autocast_enabled``, the seeding hook); the ``xla`` device's own registrations
+    (guard, factory and autocast kernels, Dynamo's rules for this package) stay, for the
+    tensors still alive. ``reset_runtime`` calls it;
+    the next ``device()`` installs again."""
+    _device.deactivate()
+
+
 def device(index: int = 0) -> torch.device:
-    """The lazy XLA device (``torch.device('xla:0')``)."""
+    """The lazy XLA device (``torch.device('xla:0')``); its first call installs what the
+    device needs from torch (``install``)."""
     if index != 0:
         raise ValueError("xlacache.lazy has one device, xla:0")
+    if not _device.active():
+        install()
     return _device.DEVICE
 
 

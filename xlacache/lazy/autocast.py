@@ -1,9 +1,10 @@
 """``torch.autocast("xla")``: torch_xla's autocast policy, as kernels on the ``AutocastXLA`` key.
 
 Lazy tensors carry the ``AutocastXLA`` dispatch key, which torch leaves empty without torch_xla
-(so every op failed inside ``torch.autocast("xla")``). ``install()`` registers a fallthrough for
-all ops and, for the ops torch_xla's policy names, a kernel that casts the floating-point ``xla``
-tensor arguments and calls the op again below the autocast key (autograd records the casts):
+(so every op failed inside ``torch.autocast("xla")``). ``install()`` (at the device's first use)
+registers a fallthrough for all ops and, for the ops torch_xla's policy names, a kernel that
+casts the floating-point ``xla`` tensor arguments and calls the op again below the autocast
+key (autograd records the casts):
 
 * ``lower``: to the autocast dtype (``torch.get_autocast_dtype("xla")``, bfloat16 by default):
   matrix products, convolutions, ``linear``, ``prelu``, ``relu``;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -130,10 +132,12 @@ def _overload(name: str) -> Any:
     return getattr(packet, overload or "default")
 
 
-def install() -> None:
-    """Register the fallthrough and the policy kernels on ``AutocastXLA`` (once)."""
+def install() -> Callable[[], None]:
+    """Register the fallthrough and the policy kernels on ``AutocastXLA`` (once: they concern
+    ``xla`` tensors only) and track ``torch.autocast("cpu")`` (at the device's first use);
+    the undo puts ``torch.set_autocast_enabled`` back."""
     if _LIBS:
-        return
+        return _track_cpu_autocast()
     everything = torch.library.Library("_", "IMPL")
     everything.fallback(torch.library.fallthrough_kernel, "AutocastXLA")
     aten = torch.library.Library("aten", "IMPL")
@@ -143,7 +147,7 @@ def install() -> None:
             if op is not None:
                 aten.impl(op, _kernel(op, policy), "AutocastXLA")
     _LIBS.extend((everything, aten))
-    _hook_set_autocast_enabled()
+    return _track_cpu_autocast()
 
 
 class _CpuAutocast(threading.local):
@@ -153,12 +157,13 @@ class _CpuAutocast(threading.local):
 _CPU = _CpuAutocast()
 
 
-def _hook_set_autocast_enabled() -> None:
+def _track_cpu_autocast() -> Callable[[], None]:
     """Track ``torch.autocast("cpu")`` per thread: inside ``__torch_dispatch__`` torch reports
-    every autocast as off, so the state is read where ``torch.autocast`` sets it."""
+    every autocast as off, so the state is read where ``torch.autocast`` sets it (a wrapper of
+    ``torch.set_autocast_enabled`` that calls torch's own first); the undo puts torch's back."""
     orig = torch.set_autocast_enabled
     if getattr(orig, "_xlacache_lazy", False):
-        return
+        return lambda: None
 
     def set_autocast_enabled(*args: Any, **kwargs: Any) -> None:
         orig(*args, **kwargs)
@@ -167,6 +172,13 @@ def _hook_set_autocast_enabled() -> None:
     set_autocast_enabled._xlacache_lazy = True  # type: ignore[attr-defined]
     set_autocast_enabled.__doc__ = orig.__doc__
     torch.set_autocast_enabled = set_autocast_enabled
+
+    def undo() -> None:
+        if torch.set_autocast_enabled is set_autocast_enabled:
+            torch.set_autocast_enabled = orig
+        _CPU.on = False
+
+    return undo
 
 
 def warn_cpu_autocast() -> None:

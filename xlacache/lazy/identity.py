@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-FORMAT = 1  # version of the encodings below; part of every graph key
+FORMAT = 2  # version of the encodings below; part of every graph key (2: fp32_precision)
 DIGEST_SIZE = 16
 
 

@@ -18,7 +18,7 @@ import torch
 
 from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
 from .identity import encode, node_prefix
-from .lowering import LOWERINGS, STATIC_SCALAR_OPS
+from .lowering import LOWERINGS, STATIC_SCALAR_OPS, precision
 from .state import STATE
 from .tensor import Cell, LazyTensor, contiguous_meta, tracing_nested
 from .transfer import to_device
@@ -132,11 +132,12 @@ _SCATTERS = {
 class _Op:
     """What recording needs to know about an op, worked out once per op."""
 
-    __slots__ = ("func", "spos", "snames", "view")
+    __slots__ = ("func", "spos", "snames", "view", "fp32")
 
     def __init__(self, func: Any) -> None:
         self.func = func
         self.view = bool(func.is_view)
+        self.fp32 = func in precision.OPS  # float32 precision follows PyTorch's setting
         schema = func._schema.arguments
         if func in STATIC_SCALAR_OPS or not any(str(a.type).startswith("Tensor") for a in schema):
             idx: list[tuple[int, str]] = []
@@ -325,6 +326,9 @@ def record(
         kcode = encode(kw)
     else:
         kw, mkw, kcode = (), kwargs, "()"
+    if op.fp32 and (fp32 := precision.record_attribute(func, (*margs, *mkw.values()))):
+        kw = (*kw, fp32)  # an attribute for the lowering, not for the meta kernel
+        kcode = encode(kw)
     attrs = (tuple(targs), kw)
     # exact and typed: 2 and 2.0, -1 and -2, 0.0 and -0.0 differ
     akey = "((" + ",".join(codes) + ")," + kcode + ")"

@@ -1,4 +1,4 @@
-"""Device RNG state, seeded by ``torch.manual_seed``.
+"""Device RNG state, seeded by ``torch.manual_seed`` (through torch's seeding hook).
 
 Random ops recorded during one trace epoch (the ops between two barriers) share one RNG leaf that
 holds ``(seed, epoch)`` and differ by their index within the epoch, which is a static attribute.
@@ -9,6 +9,7 @@ numbers: the epoch is a graph input.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -60,23 +61,37 @@ def get_seed() -> int:
     return int(STATE.rng_seed)
 
 
-def hook_manual_seed() -> None:
-    """Make ``torch.manual_seed`` also restart the device stream (same seed, same numbers)."""
-    import torch.random
+class _SeedHook:
+    """Torch's seeding hook for a device of its own: ``torch.manual_seed`` and ``torch.seed``
+    call ``torch.<privateuse1 backend name>.manual_seed_all(seed)`` when torch has that module
+    (``torch.random._seed_custom_device``). Registered (``torch._register_device_module``) by
+    ``install_seed_hook`` while the privateuse1 slot is free; it reports no device available,
+    so nothing else in torch takes it for a backend."""
 
-    orig = torch.random.manual_seed
-    if getattr(orig, "_xlacache_lazy", False):
-        return
+    @staticmethod
+    def is_available() -> bool:
+        return False
 
-    def manual_seed(seed: int) -> torch.Generator:
-        gen = orig(seed)
+    @staticmethod
+    def device_count() -> int:
+        return 0
+
+    @staticmethod
+    def _is_in_bad_fork() -> bool:
+        return False
+
+    @staticmethod
+    def manual_seed_all(seed: int) -> None:
         set_seed(int(seed))
-        return gen
 
-    manual_seed._xlacache_lazy = True  # type: ignore[attr-defined]
-    manual_seed.__doc__ = orig.__doc__
-    torch.random.manual_seed = manual_seed
-    torch.manual_seed = manual_seed
+
+def install_seed_hook() -> Callable[[], None] | None:
+    """Let ``torch.manual_seed(s)`` restart the device stream (same seed, same numbers) through
+    torch's seeding hook; the undo, or None where the slot is taken (then a new seed is still
+    seen through ``torch.initial_seed()``, but reseeding with the same seed is not)."""
+    from . import torch_internals
+
+    return torch_internals.register_seed_module(_SeedHook)
 
 
 _TorchGenerator = torch._C.Generator
@@ -155,7 +170,8 @@ class _GeneratorMeta(type(_TorchGenerator)):  # type: ignore[misc]
 class Generator(_TorchGenerator, metaclass=_GeneratorMeta):
     """``torch.Generator`` that also makes generators for the ``xla`` device.
 
-    Installed as ``torch.Generator``; every other device gets torch's own generator, and
+    Installed as ``torch.Generator`` when the device is first used (``xl.device()``), until
+    ``xl.uninstall()``; every other device gets torch's own generator, and
     ``isinstance(g, torch.Generator)`` holds for every generator, as before.
     """
 
@@ -168,8 +184,20 @@ class Generator(_TorchGenerator, metaclass=_GeneratorMeta):
         return _TorchGenerator(*args)
 
 
-def hook_generator() -> None:
-    """Make ``torch.Generator(device="xla")`` return an ``XlaGenerator``."""
-    if torch.Generator is not Generator:
-        Generator.__doc__ = (Generator.__doc__ or "") + "\n" + (_TorchGenerator.__doc__ or "")
-        torch.Generator = Generator  # type: ignore[misc]
+def install_generator() -> Callable[[], None]:
+    """Make ``torch.Generator(device="xla")`` return an ``XlaGenerator`` (every other device
+    gets torch's own generator); the undo puts torch's class back."""
+    if torch.Generator is Generator:
+        return lambda: None
+    Generator.__doc__ = (_DOC or "") + "\n" + (_TorchGenerator.__doc__ or "")
+    before = torch.Generator
+    torch.Generator = Generator  # type: ignore[misc]
+
+    def undo() -> None:
+        if torch.Generator is Generator:
+            torch.Generator = before  # type: ignore[misc]
+
+    return undo
+
+
+_DOC = Generator.__doc__

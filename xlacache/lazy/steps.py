@@ -12,7 +12,7 @@ from typing import Any
 
 from xlacache.lazy_settings import lazy_setting
 
-from . import closures, metrics
+from . import _device, closures, metrics
 from .executor import set_allow_execution, sync
 from .state import STATE
 from .tensor import restore_gc
@@ -31,10 +31,13 @@ def reset_runtime() -> None:
     dispatch routes and recording caches, the device RNG stream (restarted from
     ``torch.initial_seed()``), queued step closures, warnings given once, ``compile``'s
     execution guard. Live tensors keep their values (pending ones run at the next barrier);
-    the multi-process job, SPMD's mesh and the persistent cache stay (``state.py``)."""
+    the multi-process job, SPMD's mesh and the persistent cache stay (``state.py``). What the
+    device installed in torch's global functions is undone (``xl.uninstall``); the next
+    ``xl.device()`` installs it again."""
     with STATE.lock:
         restore_gc()
         STATE.reset()
+    _device.deactivate()
 
 
 def _new_graphs() -> int:

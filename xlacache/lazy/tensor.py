@@ -20,7 +20,7 @@ import torch
 
 from xlacache.lazy_settings import lazy_setting
 
-from . import _device, metrics
+from . import _device, metrics, torch_internals
 from .graph import Node
 from .state import STATE
 
@@ -63,6 +63,7 @@ def _fwd(name: str) -> property:
 
 
 _now = time.perf_counter_ns
+_INNER = torch_internals.lazy_inner_tensors()
 _set_eval_frame = torch._C._dynamo.eval_frame.set_eval_frame
 
 
@@ -109,11 +110,11 @@ class LazyTensor(torch.Tensor):
     # tensors are), so the graphs Dynamo and AOTAutograd trace hold plain tensors
     # (``docs/compile.md``).
     def __tensor_flatten__(self) -> tuple[list[str], Any]:
-        return [], self.dtype
+        return _INNER, self.dtype  # no inner tensor (before torch 2.12: its meta tensor)
 
     @staticmethod
     def __tensor_unflatten__(inner: dict, ctx: Any, size: Any, stride: Any) -> Any:
-        mode = torch._guards.detect_fake_mode() if not inner else None
+        mode = torch._guards.detect_fake_mode()  # the tracing context's (not an inner one's)
         if mode is None:
             raise NotImplementedError("xlacache.lazy tensors cannot be rebuilt from inner tensors")
         with mode:

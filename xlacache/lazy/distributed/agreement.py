@@ -73,6 +73,8 @@ def agree(key: bytes, what: str, domain: str = "runs", inputs: bytes = b"") -> N
     job = env.current()
     if job.world == 1:
         return
+    if not _LAST:  # the first cross-process agreement: say at exit that this one is done
+        atexit.register(_post_exit)
     if domain not in _SEQUENCES:
         _SEQUENCES[domain] = itertools.count(1)
     n = _LAST[domain] = next(_SEQUENCES[domain])
@@ -154,7 +156,6 @@ def _describe(posted: str) -> str:
     return f"{what} (graph {key[:12]})"
 
 
-@atexit.register
 def _post_exit() -> None:
     """At exit, tell the others this process runs nothing more (they raise at once)."""
     job = env.current()

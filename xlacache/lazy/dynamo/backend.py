@@ -9,8 +9,6 @@ with its reason). A graph break leaves the code between graphs to run as usual: 
 
 from __future__ import annotations
 
-import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,7 +16,7 @@ from torch._decomp import core_aten_decompositions, decomposition_table
 from torch._dynamo.backends.common import aot_autograd
 from torch.fx import GraphModule
 
-from .. import metrics
+from .. import metrics, torch_internals
 from ..lowering import LOWERINGS
 from ..tensor import LazyTensor
 from . import lower
@@ -26,26 +24,6 @@ from .program import CompiledGraph, LazyGraph, note_fallback
 
 aten = torch.ops.aten
 _DECOMPOSITIONS: dict[Any, Any] = {}
-# our graphs take their inputs boxed or not; AOTAutograd cannot see it through Dynamo's wrapper
-warnings.filterwarnings("ignore", message="Your compiler for AOTAutograd is returning a function")
-
-
-def _run_runtime_as_is() -> None:
-    """Dynamo never traces the lazy runtime's own code. After a graph break Python runs the
-    rest eagerly, and its ops enter the runtime through ``__torch_dispatch__``: Dynamo would
-    otherwise try to compile those frames (a lazy tensor's construction, tracing, execution)
-    as user code. The public functions of ``xlacache.lazy`` itself stay inlinable."""
-    from torch._dynamo import trace_rules
-
-    root = Path(__file__).resolve().parent.parent
-    for path in sorted(root.iterdir()):
-        if path.name == "__init__.py" or path.name.startswith((".", "__")):
-            continue
-        if path.suffix == ".py" or (path / "__init__.py").exists():
-            trace_rules.add(f"xlacache.lazy.{path.stem}")
-
-
-_run_runtime_as_is()
 
 
 def decompositions() -> dict[Any, Any]:
@@ -112,6 +90,7 @@ def _aliased(inputs: list) -> bool:
 
 def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> Any:
     """``torch.compile(model, backend="xlacache")``."""
+    torch_internals.dynamo_skips_runtime()  # here, not at import: nothing in torch changes then
     metrics.counter_inc("DynamoGraph")
     sync_dynamo_counters()
     if any(isinstance(t, LazyTensor) for t in (*gm.parameters(), *gm.buffers())):
@@ -125,6 +104,7 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
             note_fallback("a Dynamo graph input without a fake value")
             return gm.forward
         fakes.append(v)
+    fakes = torch_internals.backend_fakes(fakes, example_inputs)
     seen: dict[str, bool] = {}
     backend = aot_autograd(
         fw_compiler=_compiler("forward", seen),

@@ -22,7 +22,7 @@ from torch.fx import GraphModule, Node
 from torch.fx.node import map_aggregate
 
 from ..executor import conform_result
-from ..lowering import LOWERINGS
+from ..lowering import LOWERINGS, precision
 from ..record import WIDE_DTYPES, op_info
 
 aten = torch.ops.aten
@@ -99,10 +99,26 @@ def _scalars(n: Node, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def build(gm: GraphModule) -> tuple[Callable[..., list], list[int | None]]:
+def _fp32(n: Node, now: dict[str, str]) -> dict[str, str]:
+    """The float32 precision keyword of a matmul or convolution on float32 values (as the lazy
+    recorder gives it, from the settings ``now``), else nothing."""
+    kind = precision.OPS.get(n.target)
+    if kind is None:
+        return {}
+    dts = [a.meta["val"].dtype for a in n.all_input_nodes if _fake(a.meta.get("val"))]
+    value = precision.attribute(kind, dts, now)
+    return {} if value is None else {precision.ATTRIBUTE: value}
+
+
+def build(
+    gm: GraphModule, now: dict[str, str] | None = None
+) -> tuple[Callable[..., list], list[int | None]]:
     """``(fn, outs)``: ``fn(*arrays)`` returns the graph's tensor outputs that are computed
     (not inputs, not None); ``outs[j]`` says where output ``j`` comes from: ``("in", i)`` the
-    graph's input ``i``, ``("out", k)`` the function's result ``k``, or None."""
+    graph's input ``i``, ``("out", k)`` the function's result ``k``, or None. Float32 matrix
+    products and convolutions lower with the precision settings ``now`` (default: torch's
+    now, ``precision.settings``)."""
+    now = precision.settings() if now is None else now
     nodes = list(gm.graph.nodes)
     consts = {
         n.target: jnp.asarray(getattr(gm, n.target).numpy()) for n in nodes if n.op == "get_attr"
@@ -130,7 +146,7 @@ def build(gm: GraphModule) -> tuple[Callable[..., list], list[int | None]]:
             avals = (
                 tuple(_aval(v) for v in vals) if isinstance(vals, (tuple, list)) else (_aval(vals),)
             )
-            steps.append((n, fn, avals, isinstance(vals, (tuple, list)), str(t)))
+            steps.append((n, fn, avals, isinstance(vals, (tuple, list)), str(t), _fp32(n, now)))
 
     def fn(*arrays: Any) -> list:
         env: dict[Node, Any] = dict(zip(placeholders, arrays, strict=True))
@@ -141,7 +157,7 @@ def build(gm: GraphModule) -> tuple[Callable[..., list], list[int | None]]:
         def look(a: Any) -> Any:
             return env[a] if isinstance(a, Node) else a
 
-        for n, low, avals, multi, name in steps:
+        for n, low, avals, multi, name, fp32 in steps:
             args = map_aggregate(n.args, look)
             kwargs = map_aggregate(n.kwargs, look)
             if n.target is operator.getitem:
@@ -151,6 +167,8 @@ def build(gm: GraphModule) -> tuple[Callable[..., list], list[int | None]]:
                 env[n] = args[0]
                 continue
             args, kwargs = _scalars(n, args, kwargs)
+            if fp32:
+                kwargs = {**kwargs, **fp32}
             try:
                 res = low(*args, **kwargs)
             except Exception as e:

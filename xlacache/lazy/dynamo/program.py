@@ -34,12 +34,12 @@ from .. import metrics
 from ..executor import materialize
 from ..graph import DATA, data_node
 from ..identity import lowering_fingerprint
-from ..lowering import jax_dtype, x64
+from ..lowering import jax_dtype, precision, x64
 from ..record import value
 from ..tensor import LazyTensor
 from . import lower
 
-FORMAT = 1  # versions the graph key below
+FORMAT = 2  # versions the graph key below (2: float32 precision settings)
 REASONS: list[str] = []  # why graphs run lazily (fallbacks), newest last, bounded
 _MAX_REASONS = 100
 
@@ -71,6 +71,7 @@ class LazyGraph:
 
     def __init__(self, gm: GraphModule, reason: str) -> None:
         self.gm = gm
+        self._boxed_call = True  # on the instance too: kept by Dynamo's wrapper of a backward
         note_fallback(reason)
 
     def __call__(self, *args: Any) -> Any:
@@ -98,8 +99,10 @@ class CompiledGraph:
 
     def _init(self, gm: GraphModule, what: str) -> None:
         self.gm = gm
+        self._boxed_call = True  # on the instance too: kept by Dynamo's wrapper of a backward
         self.what = what
-        self.fn, self.where = lower.build(gm)
+        self.built_under = precision.settings()
+        self.fn, self.where = lower.build(gm, self.built_under)
         outs = gm.graph.output_node().args[0]
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
         vals = [o.meta["val"] for o in outs if o is not None and o.op != "placeholder"]
@@ -121,11 +124,12 @@ class CompiledGraph:
         if self.fallback is not None:
             return self.fallback(*args)
         arrays = self._arrays(args)
-        spec = tuple((a.shape, a.dtype, a.sharding) for a in arrays)
+        now = precision.settings()  # float32 precision: part of what an executable computes
+        spec = (tuple((a.shape, a.dtype, a.sharding) for a in arrays), *now.values())
         exe = self.executables.get(spec)
         if exe is None:
             try:
-                exe = self._compile(arrays)
+                exe = self._compile(arrays, now)
             except Exception as e:  # noqa: BLE001 - never a wrong number: run it lazily
                 self.fallback = LazyGraph(self.gm, f"{self.what}: {e}")
                 warnings.warn(
@@ -164,11 +168,13 @@ class CompiledGraph:
         inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in arrays]
         return {"inputs": inputs, "outputs": self.out_sig, "donated": []}
 
-    def _compile(self, arrays: list) -> Callable[..., Any]:
+    def _compile(self, arrays: list, now: dict[str, str]) -> Callable[..., Any]:
         for a in arrays:
             if len(a.sharding.device_set) != 1:
                 raise NotImplementedError("inputs placed on several devices (SPMD)")
         h = hashlib.blake2b(self.code_digest, digest_size=16)
+        h.update(f"fp32 {sorted(now.items())};".encode())
+        fn = self.fn if now == self.built_under else lower.build(self.gm, now)[0]
         for a in arrays:
             h.update(f"{tuple(a.shape)} {np.dtype(a.dtype).name};".encode())
         signature = self._signature(arrays)
@@ -185,7 +191,7 @@ class CompiledGraph:
         try:
             with warnings.catch_warnings(), x64():
                 warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
-                lowered = jax.jit(self.fn, keep_unused=True).lower(*arrays)
+                lowered = jax.jit(fn, keep_unused=True).lower(*arrays)
                 metrics.counter_inc("CompiledGraphLowering")
                 with executables.capture() as compiled_here:
                     compiled = lowered.compile()

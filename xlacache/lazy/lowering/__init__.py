@@ -26,6 +26,8 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``random``          random draws (``lower_random``; not in the table: one ``random`` node)
 ==================  ==============================================================
 
+``precision`` says how float32 matrix products and convolutions lower under PyTorch's
+precision settings (each such op records the setting as its ``fp32_precision`` attribute).
 ``dtypes`` holds the torch <-> JAX dtype map (same widths: int64 stays int64), torch's
 conversion rules (``cast``) and ``x64()``, the scope the runtime lowers and runs in.
 """
@@ -40,6 +42,7 @@ from . import (  # noqa: F401
     indexing,
     linalg,
     nn,
+    precision,
     reductions,
     resample,
     shapes,
@@ -58,6 +61,7 @@ __all__ = [
     "cast",
     "jax_dtype",
     "lower_random",
+    "precision",
     "reg",
     "x64",
 ]

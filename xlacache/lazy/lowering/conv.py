@@ -14,7 +14,10 @@ import numpy as np
 import torch
 from jax import lax
 
+from .precision import conv_precision
 from .registry import lowest, reg, upcast
+
+HIGHEST = lax.Precision.HIGHEST
 
 aten = torch.ops.aten
 
@@ -39,8 +42,10 @@ def _conv(
     transposed: bool,
     output_padding: Any,
     groups: int,
+    fp32_precision: str | None = None,
 ) -> Any:
     nd = w.ndim - 2
+    precision = conv_precision(fp32_precision)
     unbatched = x.ndim == nd + 1
     if unbatched:
         x = x[None]
@@ -54,6 +59,7 @@ def _conv(
             rhs_dilation=tuple(dilation),
             dimension_numbers=dn,
             feature_group_count=groups,
+            precision=precision,
             preferred_element_type=_acc(x),
         )
     else:
@@ -78,6 +84,7 @@ def _conv(
             rhs_dilation=tuple(dilation),
             dimension_numbers=dn,
             feature_group_count=groups,
+            precision=precision,
             preferred_element_type=_acc(x),
         )
     if b is not None:
@@ -101,9 +108,13 @@ def _conv_bwd(
     output_padding: Any,
     groups: int,
     mask: Any,
+    fp32_precision: str | None = None,
 ) -> Any:
     def fwd(x: Any, w: Any) -> Any:
-        return _conv(x, w, None, stride, padding, dilation, transposed, output_padding, groups)
+        return _conv(
+            x, w, None, stride, padding, dilation, transposed, output_padding, groups,
+            fp32_precision,
+        )  # fmt: skip
 
     _, f = jax.vjp(fwd, x, w)
     gx, gw = f(g.astype(x.dtype))
@@ -250,7 +261,8 @@ def _adaptive_avg(x: Any, out: Any) -> Any:
     for i in range(nd):
         ax = x.ndim - nd + i
         m = jnp.asarray(_adaptive_matrix(x.shape[ax], out[i]))
-        y = jnp.moveaxis(jnp.tensordot(y, m, axes=[[ax], [1]]), -1, ax)
+        # an exact mean (eager sums), never a reduced-precision product
+        y = jnp.moveaxis(jnp.tensordot(y, m, axes=[[ax], [1]], precision=HIGHEST), -1, ax)
     return y.astype(x.dtype)
 
 

@@ -8,17 +8,19 @@ import jax.numpy as jnp
 import torch
 
 from .dtypes import cast, promote
+from .precision import dot_precision
 from .registry import reg, scaled
 
 aten = torch.ops.aten
 
 
-def matmul(a: Any, b: Any) -> Any:
-    """``a @ b``; bfloat16/float16 products accumulate in float32, as eager's (and the MXU's)."""
+def matmul(a: Any, b: Any, fp32_precision: str | None = None) -> Any:
+    """``a @ b``; bfloat16/float16 products accumulate in float32, as eager's (and the MXU's);
+    float32 ones with the precision PyTorch's setting gave (``precision.py``)."""
     a, b = promote(a, b)
     if a.dtype in (jnp.bfloat16, jnp.float16):
         return jnp.matmul(a, b, preferred_element_type=jnp.float32)
-    return jnp.matmul(a, b)
+    return jnp.matmul(a, b, precision=dot_precision(fp32_precision, a.dtype))
 
 
 reg(aten.mm.default, aten.bmm.default, aten.matmul.default, aten.dot.default, aten.mv.default)(
@@ -27,15 +29,23 @@ reg(aten.mm.default, aten.bmm.default, aten.matmul.default, aten.dot.default, at
 
 
 @reg(aten.addbmm.default)
-def _addbmm(bias: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1) -> Any:
-    return _addmm(bias, a, b, beta, alpha, batch_sum=True)
+def _addbmm(
+    bias: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1, fp32_precision: str | None = None
+) -> Any:
+    return _addmm(bias, a, b, beta, alpha, batch_sum=True, fp32_precision=fp32_precision)
 
 
 @reg(aten.addmm.default, aten.baddbmm.default, aten.addmv.default)
 def _addmm(
-    bias: Any, a: Any, b: Any, beta: Any = 1, alpha: Any = 1, batch_sum: bool = False
+    bias: Any,
+    a: Any,
+    b: Any,
+    beta: Any = 1,
+    alpha: Any = 1,
+    batch_sum: bool = False,
+    fp32_precision: str | None = None,
 ) -> Any:
-    out = matmul(a, b)
+    out = matmul(a, b, fp32_precision)
     if batch_sum:
         out = jnp.sum(out, axis=0)
     if bias.dtype in (jnp.bfloat16, jnp.float16):

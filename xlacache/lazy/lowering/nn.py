@@ -255,7 +255,8 @@ def _cdist(x1: Any, x2: Any, p: float, compute_mode: Any = None) -> Any:
     n2 = jnp.sum(x2 * x2, axis=-1, keepdims=True)
     a = jnp.concatenate([-2 * x1, n1, jnp.ones_like(n1)], axis=-1)
     b = jnp.concatenate([x2, jnp.ones_like(n2), n2], axis=-1)
-    return jnp.sqrt(jnp.maximum(a @ jnp.swapaxes(b, -1, -2), 1e-30))
+    d2 = jnp.matmul(a, jnp.swapaxes(b, -1, -2), precision=lax.Precision.HIGHEST)
+    return jnp.sqrt(jnp.maximum(d2, 1e-30))
 
 
 @reg(aten._cdist_backward.default)

@@ -20,6 +20,7 @@ import torch
 from .registry import reg, upcast
 
 aten = torch.ops.aten
+_HIGHEST = jax.lax.Precision.HIGHEST  # exact sums, never a reduced-precision product
 f32 = np.float32
 
 
@@ -88,7 +89,8 @@ def _apply_t(g: Any, mats: list[np.ndarray]) -> Any:
     nd = len(mats)
     for i, m in enumerate(mats):
         ax = g.ndim - nd + i
-        out = jnp.moveaxis(jnp.tensordot(out, jnp.asarray(m), axes=[[ax], [0]]), -1, ax)
+        out = jnp.tensordot(out, jnp.asarray(m), axes=[[ax], [0]], precision=_HIGHEST)
+        out = jnp.moveaxis(out, -1, ax)
     return out.astype(g.dtype)
 
 

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from ..torch_internals import aten_ops
 from .registry import reg
 
 aten = torch.ops.aten
@@ -46,7 +47,8 @@ def _cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> Any
     return (_mH(low) if upper else low), info
 
 
-reg(aten.cholesky.default)(lambda a, upper=False: _cholesky_ex(a, upper)[0])
+# aten::cholesky is gone from torch 2.14 (torch.linalg.cholesky replaced it)
+reg(*aten_ops("cholesky"))(lambda a, upper=False: _cholesky_ex(a, upper)[0])
 
 
 def _cho_solve(b: Any, low: Any) -> Any:
@@ -274,9 +276,9 @@ def _pinv(a: Any, *, atol: Any = None, rtol: Any = None, hermitian: bool = False
         top = jnp.max(jnp.abs(s), axis=-1, keepdims=True, initial=0)
         keep = jnp.abs(s) > jnp.maximum(atol[..., None], rtol[..., None] * top)
         inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(a.dtype)
-        return (u * inv[..., None, :]) @ _mH(u)
+        return jnp.matmul(u * inv[..., None, :], _mH(u), precision=lax.Precision.HIGHEST)
     u, s, vh = jnp.linalg.svd(a, full_matrices=False)
     top = s[..., :1] if s.shape[-1] else jnp.zeros(s.shape[:-1] + (1,), s.dtype)
     keep = s > jnp.maximum(atol[..., None], rtol[..., None] * top)
     inv = jnp.where(keep, 1 / jnp.where(keep, s, 1), 0).astype(a.dtype)
-    return (_mH(vh) * inv[..., None, :]) @ _mH(u)
+    return jnp.matmul(_mH(vh) * inv[..., None, :], _mH(u), precision=lax.Precision.HIGHEST)

@@ -1,0 +1,36 @@
+"""benchmarks/gpu.py end to end in its quick mode on this CPU (docs/gpu.md): every part runs
+and its figures are sane; the GPU figures themselves come from a GPU machine."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_quick_mode_runs_every_part(tmp_path):
+    out = tmp_path / "gpu.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--device", "cpu", "--quick"]
+    cmd += ["--torch-modes", "eager", "xlacache", "--steps", "3", "-j", "1", "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| OpInfo float32, 1 sample |" in done.stdout  # the one table
+    parts = json.loads(out.read_text())["parts"]
+    jax = parts["jax"]
+    assert set(jax) == {"jax", "xlacache"}
+    assert all(r["warm_first_step_s"] < r["cold_first_step_s"] for r in jax.values())
+    torch_ = parts["torch"]
+    assert set(torch_) == {"eager", "xlacache"}
+    assert all(r["warm_losses_equal"] for r in torch_.values())
+    assert torch_["xlacache"]["last_loss"] == pytest.approx(torch_["eager"]["last_loss"], 1e-4)
+    precision = parts["precision"]
+    assert precision["platform"] == "cpu"
+    assert precision["lazy_highest"] < 1e-5 and precision["eager_cpu"] < 1e-5
+    moves = parts["moves"]
+    assert moves["swap=False, graph freed"] == "ok" and moves["swap=True, graph freed"] == "ok"
+    opinfo = parts["opinfo"]
+    assert opinfo["ops"] == 3 and opinfo["wrong"] == 0 and opinfo["error"] == 0
