@@ -196,4 +196,6 @@ def test_ci_installs_the_browser_and_refuses_to_skip():
     ci = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
     assert "apt-get install" in ci and "chromium" in ci and 'export CI="${CI:-true}"' in ci
     commands = [line for line in ci.splitlines() if line and not line.startswith("#")]
-    assert commands[-2:] == ["make test", 'make compat COMPAT_VERSIONS="0.6.2 0.10.2"']
+    makes = [line for line in commands if line.startswith("make ")]
+    assert makes[0] == "make test"  # the README's test command first, then the version ends
+    assert {m.split()[1] for m in makes[1:]} == {"compat", "compat-torch"}
