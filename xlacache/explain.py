@@ -367,6 +367,16 @@ class Explainer:
             self._report(record)
         return found
 
+    def on_rewarmed_hit(self, header: entry.Header) -> str:
+        """Log that a hit was served by an entry `xlacache rewarm` compiled (its header's
+        `rewarmed_from`); returns the line."""
+        line = (
+            f"xlacache: hit {header.label or '?'} {header.key[:12]}: rewarmed from jaxlib "
+            f"{header.rewarmed_from} (compiled by xlacache rewarm for jaxlib {header.jaxlib})"
+        )
+        log.warning("%s", line)
+        return line
+
     def _report(self, record: dict) -> None:
         if not self._report_limit.allow():
             counters.add("miss_reports_dropped", len(self.reporters))
