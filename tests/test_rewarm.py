@@ -289,3 +289,36 @@ def test_a_format_2_entry_is_still_read_and_stored_again_under_the_new_key(tmp_p
     would_load = cli_json("inspect", str(root), "--would-load")["entries"]
     assert [e["key"] for e in would_load] == [live]  # prefetched by its new key from now on
     assert cli_json("prune", str(root), "--stale")["count"] == 1  # the old one is stale
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_lazy_pytorch_process_after_an_upgrade_compiles_nothing(tmp_path):
+    """The lazy GPT after an upgrade: its alias entries name the old JAX (they miss), so it
+    lowers its graphs again; rewarmed, their keys are stored: 0 XLA compiles."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, child_env
+
+    root = tmp_path / "c"
+    script = [sys.executable, str(REPO / "examples" / "gpt.py"), "--steps", "3", "--json"]
+
+    def gpt() -> dict:
+        done = subprocess.run([*script, "--cache", str(root)], capture_output=True, text=True,
+                              timeout=240, env=child_env({"PYTHONPATH": str(REPO)}))  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold = gpt()
+    assert cold["compiles"] == 2
+    with LocalStore(root) as store:  # as another JAX left it: foreign programs, no aliases
+        infos = list(store.list())
+        for info in infos:
+            if not info.label.startswith(entry.ALIAS_LABEL_PREFIX):
+                store.put(*foreign(store.peek(info.key)))
+            store.delete(info.key)
+    assert xlacache.rewarm(str(root)).counts()["rewarmed"] == 2
+    first = gpt()
+    assert (first["compiles"], first["persistent_hits"]) == (0, 2)
+    assert first["losses"] == cold["losses"]
