@@ -33,6 +33,7 @@ LAYERS = {
     "prefetch": 4,
     "aliases": 4,
     "job_recorder": 4,
+    "legacy": 4.5,  # on flight, below cache
     "cache": 5,
     "bundle": 5,
     "server": 5,

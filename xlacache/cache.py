@@ -23,7 +23,8 @@ from xlacache.aliases import AliasEntries
 from xlacache.errors import CacheError, ForeignEntryError, kind_of
 from xlacache.flight import FAILED, Flight, Found, Landing, Lookup, SingleFlight, WriterWatch
 from xlacache.job_recorder import JobRecorder
-from xlacache.key import COMPONENTS, LEGACY_FORMAT
+from xlacache.key import COMPONENTS
+from xlacache.legacy import LegacyEntries
 from xlacache.prefetch import PREFETCH_MAX_BYTES, Fetched, Prefetcher
 from xlacache.stores.base import Store
 from xlacache.stores.leases import LeaseTable
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from xlacache.signing import TrustedKeys
 
 T = TypeVar("T")
-LEGACY_TRIES = 8  # format-2 lookups in a row that find nothing before a process stops
 __all__ = ["CompilationCache", "Compiled", "Outcome", "SingleFlight"]
 # the figures a cache counts itself (``CompilationCache.stats``)
 _OWN_FIGURES = (
@@ -65,9 +65,9 @@ _REJECTED = (
 )
 
 
-class CompilationCache(AliasEntries):
+class CompilationCache(AliasEntries, LegacyEntries):
     """A store plus the rules for using it during compilation (alias entries:
-    `xlacache.aliases`).
+    `xlacache.aliases`; entries of format 2: `xlacache.legacy`).
 
     `signer` signs every entry written; with `trusted` keys, only entries one of them
     signed are loaded (others are misses, counted as errors["untrusted"]). `explainer`
@@ -111,7 +111,6 @@ class CompilationCache(AliasEntries):
         self._tally = counters.Tally(_OWN_FIGURES)
         self._recorder = self._job_recorder()
         self._rejected: dict[str, str] = {}  # key -> why JAX's loader rejected its entry
-        self._legacy_misses = 0  # format-2 lookups in a row that found nothing
 
     def stats(self, reset: bool = False) -> dict[str, float]:
         """What this cache counted: hits, misses, writes, bytes, compile and load seconds,
@@ -258,35 +257,6 @@ class CompilationCache(AliasEntries):
         )
         self.discard(header.key)
         return False
-
-    def _legacy(
-        self, key: str, identity: Identity, load, label: str, platform: str, context: dict | None
-    ) -> Lookup[T]:
-        """The executable of this compilation's format-2 entry, if one is stored (a cache
-        written before format 3: its key digested the module's bytecode), loaded and stored
-        again under the current key (unless read-only). A process stops looking after
-        LEGACY_TRIES lookups in a row found nothing (the store holds no such entries)."""
-        if self._legacy_misses >= LEGACY_TRIES:
-            return Lookup(Found.ABSENT)
-        try:
-            legacy, components = identity.legacy()
-        except Exception as exc:  # noqa: BLE001 - then no legacy lookup
-            counters.record_error("key", exc)
-            return Lookup(Found.ABSENT)
-        found = self._lookup(legacy)
-        if found.found is not Found.LOADED:
-            self._legacy_misses += found.found is Found.ABSENT
-            return Lookup(Found.ABSENT)
-        self._legacy_misses = 0
-        old = found.value
-        if old.header.format_version != LEGACY_FORMAT or old.header.components != components:
-            return Lookup(Found.ABSENT)  # not this compilation's format-2 entry
-        loaded = self._deserialize(legacy, old, load, None)
-        if loaded.found is Found.LOADED and not self.readonly:
-            payload = old.payload()
-            seconds = old.header.compile_seconds
-            self.save(key, lambda: payload, seconds, label, platform, context, identity)
-        return loaded if loaded.found is Found.LOADED else Lookup(Found.ABSENT)
 
     def _deserialize(
         self, key: str, found: entry.Entry, load: Callable[[bytes], T], identity: Identity | None

@@ -40,8 +40,7 @@ from xlacache.errors import CorruptEntryError
 
 MAGIC = b"XLAC"
 FORMAT_VERSION = 3  # 2: key components, summary, module text, signature; 3: program
-# Formats this version decodes: a format-2 entry (keyed by the module's bytecode) is read by
-# tools and by the legacy lookup of a miss (`xlacache.cache`); entries are written as 3.
+# Formats decoded: format 2 (keyed by the module's bytecode) by tools and a miss's legacy lookup
 READABLE_FORMATS = (2, 3)
 _PRELUDE = struct.Struct(">4sHI32s")  # magic, version, header length, header sha256
 PRELUDE_SIZE = _PRELUDE.size
@@ -159,10 +158,7 @@ HEADER_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "label": (_text, "a string"),
     "platform": (_text, "a string"),
     "compression": (lambda v: v == COMPRESSION, repr(COMPRESSION)),
-    "format_version": (
-        lambda v: type(v) is int and v in READABLE_FORMATS,
-        " or ".join(map(str, READABLE_FORMATS)),
-    ),
+    "format_version": (lambda v: type(v) is int and v in READABLE_FORMATS, "2 or 3"),
     "producer": (_strings, "an object of strings"),
     "context": (_table, "an object"),
     "components": (_digests, "an object of 64-hex-digit digests"),
@@ -175,11 +171,9 @@ HEADER_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "rewarmed_from": (_text, "a string"),
 }
 # Checks across fields, on the checked Header.
+_TRAILING = "module_text_size + program_size <= body_size"
 HEADER_RELATIONS: tuple[tuple[Callable[[Header], bool], str], ...] = (
-    (
-        lambda h: h.module_text_size + h.program_size <= h.body_size,
-        "module_text_size + program_size <= body_size",
-    ),
+    (lambda h: h.module_text_size + h.program_size <= h.body_size, _TRAILING),
 )
 
 
