@@ -311,8 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--versions", nargs="+", default=list(VERSIONS))
     parser.add_argument("--table", type=Path, help="also write the tables to this file")
     parser.add_argument("--keep", action="store_true", help="keep the venvs under /tmp")
-    parser.add_argument("--upgrade", action="store_true",
-                        help="also measure xlacache rewarm for each pair (compat_upgrade.py)")
+    parser.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="also measure xlacache rewarm for each pair (compat_upgrade.py)",
+    )
     parser.add_argument("--lazy", metavar="OLD:NEW",
                         help="also the PyTorch lazy GPT from OLD to NEW (jax >= 0.10)")  # fmt: skip
     args = parser.parse_args(argv)

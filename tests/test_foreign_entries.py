@@ -125,20 +125,17 @@ def json_forge(blob: bytes, new_key: str) -> bytes:
 
 
 # JAX_PROGRAM, with every payload XLA's loader is handed counted (an observer, not a mock).
-OBSERVED = (
-    """
+OBSERVED = """
 import xlacache.jax_bridge as bridge
 handed = []
 real = bridge._deserialize
 bridge._deserialize = lambda backend, payload, *a: handed.append(bytes(payload)) or real(
     backend, payload, *a)
-"""
-    + JAX_PROGRAM.replace(
-        "print(json.dumps({",
-        "import threading\n[t.join(60) for t in threading.enumerate() if t.name == "
-        "'xlacache-prefetch']\nprint(json.dumps({'crash': "
-        f"sum(p == {CRASH!r} for p in handed), 'handed': len(handed), "
-    )
+""" + JAX_PROGRAM.replace(
+    "print(json.dumps({",
+    "import threading\n[t.join(60) for t in threading.enumerate() if t.name == "
+    "'xlacache-prefetch']\nprint(json.dumps({'crash': "
+    f"sum(p == {CRASH!r} for p in handed), 'handed': len(handed), ",
 )
 
 

@@ -206,9 +206,13 @@ def test_two_workers_rewarm_each_program_once(tmp_path):
         live, old, _ = upgraded(root, _scaled(scale))
         lives.append(live)
     procs = [
-        subprocess.Popen([sys.executable, "-c", TWO_WORKERS, str(root), str(tmp_path), str(n)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=child_env())  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-c", TWO_WORKERS, str(root), str(tmp_path), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+        )  # fmt: skip
         for n in range(2)
     ]
     reports = []
@@ -322,3 +326,16 @@ def test_a_lazy_pytorch_process_after_an_upgrade_compiles_nothing(tmp_path):
     first = gpt()
     assert (first["compiles"], first["persistent_hits"]) == (0, 2)
     assert first["losses"] == cold["losses"]
+
+
+def test_the_status_page_shows_rewarmed_entries_per_jaxlib():
+    from xlacache.server.status_html import _versions
+    from xlacache.stores.base import VersionSummary
+
+    rows = [
+        VersionSummary("0.10.2", 5, 1000, 3).to_dict(),
+        VersionSummary("0.9.2", 5, 900).to_dict(),
+    ]
+    html = _versions(rows)
+    assert "jaxlib 0.10.2: 5 entries, 1000 B, 3 rewarmed" in html
+    assert "0.9.2: 5 entries, 900 B</div>" in html

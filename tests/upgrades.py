@@ -61,9 +61,9 @@ def foreign(blob: bytes, jaxlib: str = OTHER_JAXLIB, **fields) -> tuple[str, byt
     executable, which no loader of the other environment may ever be handed."""
     header = entry.decode(blob).header
     components = dict(fields.pop("components", header.components))
-    components["jaxlib"] = key.component_digests(
-        replace(_inputs(), jaxlib_version=jaxlib)
-    )["jaxlib"]
+    components["jaxlib"] = key.component_digests(replace(_inputs(), jaxlib_version=jaxlib))[
+        "jaxlib"
+    ]
     summary = json.loads(json.dumps(header.summary))
     summary.setdefault("jaxlib", {})["version"] = jaxlib
     new_key = key.key_from_components(components)

@@ -281,9 +281,7 @@ def entry_devices(header):
 def check_environment(header, environment: dict[str, str]) -> None:
     """ForeignEntryError unless `header` records `environment` (ENVIRONMENT_COMPONENTS)."""
     differ = [
-        name
-        for name in ENVIRONMENT_COMPONENTS
-        if header.components.get(name) != environment[name]
+        name for name in ENVIRONMENT_COMPONENTS if header.components.get(name) != environment[name]
     ]
     if differ:
         wrote = header.jaxlib or "an unknown jaxlib"

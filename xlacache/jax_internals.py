@@ -83,8 +83,15 @@ INTERNALS = (
     Internal(
         "jax._src.compiler",
         "get_compile_options",
-        ("num_replicas", "num_partitions", "device_assignment", "env_options_overrides",
-         "fdo_profile", "detailed_logging", "backend"),
+        (
+            "num_replicas",
+            "num_partitions",
+            "device_assignment",
+            "env_options_overrides",
+            "fdo_profile",
+            "detailed_logging",
+            "backend",
+        ),
     ),  # fmt: skip
     Internal("jax._src.xla_bridge", "get_backend"),
     Internal("jax._src.xla_bridge", "backends_are_initialized"),
