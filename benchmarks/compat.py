@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -198,8 +199,9 @@ def python(version: str) -> str:
     return str(venv_path(version) / "bin" / "python")
 
 
-def make_venv(version: str, wheel: Path) -> None:
-    """A fresh venv with the wheel, jax==version, jaxlib==version and pytest."""
+def make_venv(version: str, wheel: Path, say: Callable[[str], None] = say) -> None:
+    """A fresh venv with the wheel, jax==version, jaxlib==version and pytest (`say` tells
+    the progress: the caller's, whose clock started with the run)."""
     venv = venv_path(version)
     shutil.rmtree(venv, ignore_errors=True)
     say(f"{version}: creating a venv in {venv}")

@@ -24,6 +24,7 @@ from pathlib import Path
 from compat import ROOT, last_json, make_venv, python, run, venv_path
 
 MODELS = ("gpt", "flax")
+TORCH = "torch==2.13.0"  # the torch `make venv` tests the lazy runtime with
 _MISS = re.compile(r"xlacache: miss (\S+) ")
 
 
@@ -104,18 +105,25 @@ def _pair(old: str, new: str, models: Path, work: Path, say) -> list[Survival]:
 
 
 def _install_flax(old: str, new: str, say) -> str:
-    """Flax and optax in both venvs: pip's choice beside OLD, the same beside NEW (else
-    pip's choice there too). Returns the versions, for the table."""
+    """Flax and optax in both venvs: pip's newest beside OLD; the same beside NEW, as a user
+    who upgrades only JAX keeps them, unless that Flax does not import beside NEW (pip does
+    not know Flax's upper bounds on JAX): then pip's newest there too. Returns the versions,
+    for the table."""
     say(f"{old} -> {new}: pip install flax optax into both venvs")
-    run([python(old), "-m", "pip", "install", "-q", "flax", "optax", f"jax=={old}",
-         f"jaxlib=={old}"])  # fmt: skip
+    _pip(old, "--upgrade", "flax", "optax")
     pins = [f"{name}=={_version(old, name)}" for name in ("flax", "optax")]
     try:
-        run([python(new), "-m", "pip", "install", "-q", *pins, f"jax=={new}", f"jaxlib=={new}"])
+        _pip(new, *pins)
+        run([python(new), "-c", "import flax.nnx, optax"])
     except subprocess.CalledProcessError:
-        run([python(new), "-m", "pip", "install", "-q", "flax", "optax", f"jax=={new}",
-             f"jaxlib=={new}"])  # fmt: skip
+        _pip(new, "--upgrade", "flax", "optax")
     return "flax " + " / ".join(_version(v, "flax") for v in (old, new))
+
+
+def _pip(version: str, *packages: str) -> None:
+    """pip install into the venv of `version`, its JAX held where it is."""
+    run([python(version), "-m", "pip", "install", "-q", *packages, f"jax=={version}",
+         f"jaxlib=={version}"])  # fmt: skip
 
 
 def _version(jax_version: str, package: str) -> str:
@@ -158,10 +166,9 @@ def _lazy(old: str, new: str, wheel: Path, work: Path, say) -> Survival:
     try:
         for version in (old, new):
             if not Path(python(version)).exists():
-                make_venv(version, wheel)
-            say(f"{version}: pip install torch (the [torch] extra)")
-            run([python(version), "-m", "pip", "install", "-q", f"{wheel}[torch]",
-                 f"jax=={version}", f"jaxlib=={version}"])  # fmt: skip
+                make_venv(version, wheel, say)
+            say(f"{version}: pip install {TORCH} (the [torch] extra, as the Makefile pins it)")
+            _pip(version, f"{wheel}[torch]", TORCH)
         cache = folder / "cache"
         say(f"{pair}: the lazy GPT under {old}, xlacache rewarm and the GPT under {new}")
         gpt = ["gpt.py", "--steps", "3", "--json", "--cache"]
