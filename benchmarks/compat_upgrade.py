@@ -82,7 +82,7 @@ def measure(
 def _pair(old: str, new: str, models: Path, work: Path, say) -> list[Survival]:
     pair = f"{old} -> {new}"
     try:
-        versions = _install_flax(old, new, say)
+        versions = _install_flax(old, new, models, say)
     except subprocess.CalledProcessError as exc:
         return [Survival(pair, m, problems=[f"flax: {_tail(exc)}"]) for m in MODELS]
     cache, cold_dir = work / "rewarm" / f"{old}-{new}", work / "rewarm" / f"{old}-{new}-cold"
@@ -104,17 +104,17 @@ def _pair(old: str, new: str, models: Path, work: Path, say) -> list[Survival]:
     return rows
 
 
-def _install_flax(old: str, new: str, say) -> str:
+def _install_flax(old: str, new: str, models: Path, say) -> str:
     """Flax and optax in both venvs: pip's newest beside OLD; the same beside NEW, as a user
-    who upgrades only JAX keeps them, unless that Flax does not import beside NEW (pip does
-    not know Flax's upper bounds on JAX): then pip's newest there too. Returns the versions,
-    for the table."""
+    who upgrades only JAX keeps them, unless that Flax cannot train the LM beside NEW (pip
+    does not know Flax's upper bounds on JAX): then pip's newest there too. Returns the
+    versions, for the table."""
     say(f"{old} -> {new}: pip install flax optax into both venvs")
     _pip(old, "--upgrade", "flax", "optax")
     pins = [f"{name}=={_version(old, name)}" for name in ("flax", "optax")]
     try:
         _pip(new, *pins)
-        run([python(new), "-c", "import flax.nnx, optax"])
+        run([python(new), "compat_models.py", "flax", "-", "--steps", "1"], cwd=models)
     except subprocess.CalledProcessError:
         _pip(new, "--upgrade", "flax", "optax")
     return "flax " + " / ".join(_version(v, "flax") for v in (old, new))
@@ -132,9 +132,15 @@ def _version(jax_version: str, package: str) -> str:
 
 
 def _train(version: str, model: str, cache: Path, models: Path, explain: bool = False) -> dict:
+    return _json(version, ["compat_models.py", model, str(cache)], models, explain)
+
+
+def _json(version: str, args: list[str], cwd: Path, explain: bool = False) -> dict:
+    """Run a script in the venv of `version`: its JSON line, with what it compiled (by
+    label, from XLACACHE_EXPLAIN's lines) as "missed"."""
     env = {"XLACACHE_EXPLAIN": "1"} if explain else {}
     done = subprocess.run(
-        [python(version), "compat_models.py", model, str(cache)], cwd=models,
+        [python(version), *args], cwd=cwd,
         capture_output=True, text=True, timeout=900, env=_env(env), check=False,
     )  # fmt: skip
     if done.returncode:
@@ -172,19 +178,18 @@ def _lazy(old: str, new: str, wheel: Path, work: Path, say) -> Survival:
         cache = folder / "cache"
         say(f"{pair}: the lazy GPT under {old}, xlacache rewarm and the GPT under {new}")
         gpt = ["gpt.py", "--steps", "3", "--json", "--cache"]
-        run([python(old), *gpt, str(cache)], cwd=folder)
+        _json(old, [*gpt, str(cache)], folder)
         run([str(venv_path(new) / "bin" / "xlacache"), "rewarm", str(cache)])
-        cold = last_json(run([python(new), *gpt, str(folder / "cold")], cwd=folder))
-        first = last_json(run([python(new), *gpt, str(cache)], cwd=folder))
+        cold = _json(new, [*gpt, str(folder / "cold")], folder)
+        first = _json(new, [*gpt, str(cache)], folder, explain=True)
     except subprocess.CalledProcessError as exc:
         row.problems.append(_tail(exc))
         return row
     row.needed, row.compiled = cold["compiles"], first["compiles"]
     row.hits = first["persistent_hits"]
     row.equal = "yes" if cold["losses"] == first["losses"] else "no"
-    row.note = f"torch {first.get('torch', '')}".strip()
-    if row.compiled:
-        row.problems.append(f"{row.compiled} XLA compiles after rewarm")
+    row.missed = ", ".join(f"{label} x{n}" for label, n in sorted(first["missed"].items()))
+    row.note = TORCH
     if row.equal != "yes":
         row.problems.append("results differ from a cold run")
     return row
