@@ -51,10 +51,12 @@ bench: venv
 	$(PY) benchmarks/remote_vs_redis.py
 
 # The JAX compatibility matrix (docs/compat.md): a throwaway venv per supported JAX
-# version under /tmp, the project installed with pip, JAX-side tests, cold/warm train step.
-# COMPAT_VERSIONS="0.6.2 0.10.2" for a subset.
+# version under /tmp, the project installed with pip, JAX-side tests, cold/warm train step,
+# then each upgrade (adjacent pairs, oldest -> newest) on a warm cache with default settings.
+# COMPAT_VERSIONS="0.6.2 0.10.2" for a subset; COMPAT_ARGS="--upgrade --lazy 0.10.1:0.10.2"
+# also measures xlacache rewarm (the tables of docs/compat.md).
 compat: venv
-	$(PY) benchmarks/compat.py $(if $(COMPAT_VERSIONS),--versions $(COMPAT_VERSIONS))
+	$(PY) benchmarks/compat.py $(if $(COMPAT_VERSIONS),--versions $(COMPAT_VERSIONS)) $(COMPAT_ARGS)
 
 # The torch compatibility matrix (docs/compat.md): a throwaway venv per tested torch release
 # under /tmp (~4.6 GB each, removed after its row), the project's wheel installed with pip,

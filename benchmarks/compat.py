@@ -6,13 +6,21 @@ requirements, so a range that excludes X fails here; torch is an extra and is no
 installed), ``pip check``, the JAX-side tests (run from a copy of ``tests/`` outside the
 repository, so the installed package is what they import), and a JAX train step in two
 fresh processes sharing a cache directory: cold (compiles) then warm (must compile
-nothing and give bit-identical results). Prints a Markdown table (docs/compat.md keeps it)::
+nothing and give bit-identical results). Then upgrades on a warm cache, default settings:
+for each adjacent pair of the versions and the oldest -> newest, the newer JAX runs the
+step on a copy of the older one's warm cache and must run (a foreign executable must never
+reach its loader) and equal its own cold run. Prints Markdown tables (docs/compat.md keeps
+them) and progress lines on stderr::
 
     .venv/bin/python benchmarks/compat.py                      # every supported version
     .venv/bin/python benchmarks/compat.py --versions 0.6.2 0.10.2 --table out.md
 
-Exits non-zero when any version fails. Each venv downloads ~600 MB (pip's cache helps on
-a second run); ``--keep`` leaves the venvs for inspection.
+``--upgrade`` also measures `xlacache rewarm` (`compat_upgrade.py`): for each pair, a cache
+warmed by the JAX GPT and a Flax NNX + optax LM under the older JAX, rewarmed and trained
+under the newer; ``--lazy 0.10.1:0.10.2`` does the same for the PyTorch lazy GPT.
+
+Exits non-zero when any version or upgrade fails. Each venv downloads ~600 MB (pip's cache
+helps on a second run); ``--keep`` leaves the venvs for inspection.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +57,7 @@ HELPERS = (
     "test_local_store.py",
 )
 STEP_TIMEOUT = 900
+_START = time.monotonic()
 
 # A small MLP trained for three steps: every loss and the final weights, exactly.
 TRAIN_STEP = """
@@ -90,6 +100,11 @@ print(json.dumps({
 """
 
 
+def say(message: str) -> None:
+    """A progress line on stderr: `make compat` is minutes per version."""
+    print(f"compat [{time.monotonic() - _START:5.0f} s] {message}", file=sys.stderr, flush=True)
+
+
 @dataclass
 class Row:
     version: str
@@ -101,6 +116,7 @@ class Row:
     equal: str = "-"
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+    cold_result: dict | None = None  # the cold train step's output (upgrades compare with it)
 
     @property
     def ok(self) -> bool:
@@ -120,6 +136,32 @@ HEADER = (
 )
 
 
+@dataclass
+class UpgradeRow:
+    """The newer JAX on a copy of the older one's warm cache, default settings."""
+
+    old: str
+    new: str
+    ran: str = "-"
+    compiles: str = "-"
+    equal: str = "-"
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def markdown(self) -> str:
+        cells = [f"{self.old} -> {self.new}", self.ran, self.compiles, self.equal]
+        return "| " + " | ".join([*cells, "ok" if self.ok else "; ".join(self.problems)]) + " |"
+
+
+UPGRADE_HEADER = (
+    "| upgrade, warm cache, default settings | newer process ran | its compiles "
+    "| equal to its cold run | status |\n| --- | --- | --- | --- | --- |"
+)
+
+
 def run(cmd: list[str], cwd: Path | None = None, timeout: float = STEP_TIMEOUT) -> str:
     """Run `cmd`; its output, or CalledProcessError/TimeoutExpired."""
     done = subprocess.run(
@@ -128,6 +170,10 @@ def run(cmd: list[str], cwd: Path | None = None, timeout: float = STEP_TIMEOUT) 
     if done.returncode != 0:
         raise subprocess.CalledProcessError(done.returncode, cmd, done.stdout, done.stderr)
     return done.stdout
+
+
+def last_json(output: str) -> dict:
+    return json.loads(output.strip().splitlines()[-1])
 
 
 def build_wheel(into: Path) -> Path:
@@ -145,19 +191,35 @@ def test_copy(into: Path) -> Path:
     return into
 
 
-def check_version(version: str, wheel: Path, work: Path, keep: bool) -> Row:
+def venv_path(version: str) -> Path:
+    return Path(tempfile.gettempdir()) / f"xlacache-compat-{version}"
+
+
+def python(version: str) -> str:
+    return str(venv_path(version) / "bin" / "python")
+
+
+def make_venv(version: str, wheel: Path, say: Callable[[str], None] = say) -> None:
+    """A fresh venv with the wheel, jax==version, jaxlib==version and pytest (`say` tells
+    the progress: the caller's, whose clock started with the run)."""
+    venv = venv_path(version)
+    shutil.rmtree(venv, ignore_errors=True)
+    say(f"{version}: creating a venv in {venv}")
+    run([sys.executable, "-m", "venv", str(venv)])
+    run([python(version), "-m", "pip", "install", "-q", "--upgrade", "pip"])
+    say(f"{version}: pip install xlacache jax=={version} jaxlib=={version} (about a minute)")
+    run([python(version), "-m", "pip", "install", "-q", str(wheel), f"jax=={version}",
+         f"jaxlib=={version}", "pytest", "pytest-timeout"])  # fmt: skip
+    run([python(version), "-m", "pip", "check"])
+
+
+def check_version(version: str, wheel: Path, work: Path) -> Row:
     row = Row(version)
     start = time.perf_counter()
-    venv = Path(tempfile.gettempdir()) / f"xlacache-compat-{version}"
-    shutil.rmtree(venv, ignore_errors=True)
-    py = str(venv / "bin" / "python")
+    py = python(version)
     try:
-        run([sys.executable, "-m", "venv", str(venv)])
-        run([py, "-m", "pip", "install", "-q", "--upgrade", "pip"])
         try:
-            run([py, "-m", "pip", "install", "-q", str(wheel), f"jax=={version}",
-                 f"jaxlib=={version}", "pytest", "pytest-timeout"])  # fmt: skip
-            run([py, "-m", "pip", "check"])
+            make_venv(version, wheel)
         except subprocess.CalledProcessError as exc:
             row.resolved = "no"
             row.problems.append("pip: " + (exc.stderr or exc.stdout).strip().splitlines()[-1])
@@ -166,6 +228,7 @@ def check_version(version: str, wheel: Path, work: Path, keep: bool) -> Row:
         if subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0:
             row.problems.append("torch was installed")
         tests = test_copy(work / version)
+        say(f"{version}: the JAX-side tests (a few minutes)")
         done = subprocess.run(
             [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", *[f"tests/{t}" for t in TESTS]],
             cwd=tests, capture_output=True, text=True, timeout=STEP_TIMEOUT, check=False,
@@ -175,9 +238,11 @@ def check_version(version: str, wheel: Path, work: Path, keep: bool) -> Row:
         if done.returncode != 0:
             row.problems.append("tests failed")
             print(done.stdout[-4000:], done.stderr[-2000:], file=sys.stderr)
+        say(f"{version}: {row.tests}; the train step, cold then warm")
         cache = work / version / "cache"
-        cold = json.loads(run([py, "-c", TRAIN_STEP, str(cache)]).strip().splitlines()[-1])
-        warm = json.loads(run([py, "-c", TRAIN_STEP, str(cache)]).strip().splitlines()[-1])
+        cold = last_json(run([py, "-c", TRAIN_STEP, str(cache)]))
+        warm = last_json(run([py, "-c", TRAIN_STEP, str(cache)]))
+        row.cold_result = cold
         row.cold, row.warm = str(cold["misses"]), str(warm["misses"])
         same = (cold["losses"], cold["params"]) == (warm["losses"], warm["params"])
         row.equal = "yes" if same else "no"
@@ -189,7 +254,7 @@ def check_version(version: str, wheel: Path, work: Path, keep: bool) -> Row:
             row.problems.append("results differ")
         if cold["errors"] or warm["errors"]:
             row.problems.append(f"cache errors {cold['errors']} {warm['errors']}")
-        cli = str(venv / "bin" / "xlacache")
+        cli = str(venv_path(version) / "bin" / "xlacache")
         entries = json.loads(run([cli, "stats", str(cache), "--json"]))["entries"]
         run([cli, "verify", str(cache)])
         row.cli = f"stats, verify: {entries} entries"
@@ -199,29 +264,100 @@ def check_version(version: str, wheel: Path, work: Path, keep: bool) -> Row:
         row.problems.append(f"failed: {(exc.stderr or '').strip()[-200:]}")
     finally:
         row.seconds = time.perf_counter() - start
-        if not keep:
-            shutil.rmtree(venv, ignore_errors=True)
+        say(f"{version}: done in {row.seconds:.0f} s: {'ok' if row.ok else row.problems}")
+    return row
+
+
+def pairs(versions: list[str]) -> list[tuple[str, str]]:
+    """Each adjacent pair, then the oldest -> newest (CI's)."""
+    found = list(zip(versions[:-1], versions[1:], strict=True))
+    if len(versions) > 2:
+        found.append((versions[0], versions[-1]))
+    return found
+
+
+def check_upgrade(old: Row, new: Row, work: Path) -> UpgradeRow:
+    """The newer JAX's train step on a copy of the older one's warm cache (its entries are
+    of another jaxlib: prefetch must not hand them to XLA), default settings."""
+    row = UpgradeRow(old.version, new.version)
+    if not (old.ok and new.ok) or new.cold_result is None:
+        row.problems.append("a version failed its own checks")
+        return row
+    say(f"{old.version} -> {new.version}: the newer JAX on the older one's warm cache")
+    cache = work / "upgrades" / f"{old.version}-{new.version}"
+    shutil.copytree(work / old.version / "cache", cache)
+    try:
+        got = last_json(run([python(new.version), "-c", TRAIN_STEP, str(cache)]))
+    except subprocess.CalledProcessError as exc:
+        row.ran = f"no (exit {exc.returncode})"
+        row.problems.append(f"the newer process failed: {(exc.stderr or '').strip()[-200:]}")
+        return row
+    except subprocess.TimeoutExpired:
+        row.ran = "no (timed out)"
+        row.problems.append("the newer process timed out")
+        return row
+    row.ran = "yes"
+    row.compiles = str(got["misses"])
+    cold = new.cold_result
+    same = (got["losses"], got["params"]) == (cold["losses"], cold["params"])
+    row.equal = "yes" if same else "no"
+    if not same:
+        row.problems.append("results differ from a cold run")
+    if got["errors"]:
+        row.problems.append(f"cache errors {got['errors']}")
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--versions", nargs="+", default=list(VERSIONS))
-    parser.add_argument("--table", type=Path, help="also write the table to this file")
+    parser.add_argument("--table", type=Path, help="also write the tables to this file")
     parser.add_argument("--keep", action="store_true", help="keep the venvs under /tmp")
+    parser.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="also measure xlacache rewarm for each pair (compat_upgrade.py)",
+    )
+    parser.add_argument("--lazy", metavar="OLD:NEW",
+                        help="also the PyTorch lazy GPT from OLD to NEW (jax >= 0.10)")  # fmt: skip
     args = parser.parse_args(argv)
-    rows = []
+    rows: list[Row] = []
+    upgrades: list[UpgradeRow] = []
+    extra: list[str] = []
+    ok = True
     with tempfile.TemporaryDirectory(prefix="xlacache-compat-") as tmp:
         work = Path(tmp)
+        say("building the project's wheel")
         wheel = build_wheel(work / "wheel")
-        print(HEADER, flush=True)
-        for version in args.versions:
-            rows.append(check_version(version, wheel, work, args.keep))
-            print(rows[-1].markdown(), flush=True)
+        try:
+            print(HEADER, flush=True)
+            for version in args.versions:
+                rows.append(check_version(version, wheel, work))
+                print(rows[-1].markdown(), flush=True)
+            by_version = {r.version: r for r in rows}
+            print("\n" + UPGRADE_HEADER, flush=True)
+            for old, new in pairs(args.versions):
+                upgrades.append(check_upgrade(by_version[old], by_version[new], work))
+                print(upgrades[-1].markdown(), flush=True)
+            if args.upgrade or args.lazy:
+                import compat_upgrade  # beside this file
+
+                tables, fine = compat_upgrade.measure(
+                    pairs(args.versions) if args.upgrade else [], args.lazy, wheel, work, say
+                )
+                extra += tables
+                ok = ok and fine
+        finally:
+            if not args.keep:
+                for version in {*args.versions, *(args.lazy or "").split(":")} - {""}:
+                    shutil.rmtree(venv_path(version), ignore_errors=True)
     table = HEADER + "\n" + "\n".join(r.markdown() for r in rows) + "\n"
+    table += "\n" + UPGRADE_HEADER + "\n" + "\n".join(u.markdown() for u in upgrades) + "\n"
+    table += "".join("\n" + t for t in extra)
     if args.table:
         args.table.write_text(table)
-    return 0 if all(r.ok for r in rows) else 1
+    ok = ok and all(r.ok for r in rows) and all(u.ok for u in upgrades)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

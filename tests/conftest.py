@@ -87,7 +87,9 @@ def forge_header(blob: bytes, drop: tuple[str, ...] = (), **fields) -> bytes:
     for name in drop:
         del header[name]
     data = json.dumps(header, sort_keys=True).encode()
-    prelude = struct.pack(">4sHI32s", entry.MAGIC, entry.FORMAT_VERSION, len(data),
+    version = header.get("format_version")  # a readable one says so in the prelude too
+    version = version if version in entry.READABLE_FORMATS else entry.FORMAT_VERSION
+    prelude = struct.pack(">4sHI32s", entry.MAGIC, version, len(data),
                           hashlib.sha256(data).digest())  # fmt: skip
     return prelude + data + blob[size:]
 

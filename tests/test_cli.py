@@ -39,6 +39,7 @@ ENTRY_FIELDS = {
     "format_version",
     "jaxlib",
     "platform",
+    "rewarmed_from",
 }
 
 

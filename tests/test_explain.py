@@ -101,7 +101,24 @@ def test_hlo_change_without_kept_text_still_names_hlo(tmp_path):
     stored(cache, ident(text=TEXT))
     found = miss(cache, ident(dataclasses.replace(BASE, hlo=b"other"), text=TEXT + "x"))
     assert found.reason == "new_program" and found.differences[0].component == "hlo"
-    assert "XLACACHE_KEEP_HLO=1" in found.line()
+    assert "keeps no program" in found.line()
+
+
+def test_hlo_change_shows_the_lines_of_the_programs_every_entry_keeps(tmp_path):
+    """Entry format 3 keeps each program's canonical text: the differing lines are named
+    without XLACACHE_KEEP_HLO."""
+    store = LocalStore(tmp_path / "c")
+    cache = CompilationCache(store, explainer=explain.Explainer(store))  # text not kept
+
+    def with_program(inputs, text):
+        return dataclasses.replace(
+            ident(inputs), program=lambda: (text.encode(), {"form": "mlir-generic/1"})
+        )
+
+    stored(cache, with_program(BASE, TEXT))
+    changed = TEXT.replace("add", "multiply")
+    found = miss(cache, with_program(dataclasses.replace(BASE, hlo=b"other"), changed))
+    assert "HLO differs: 1 line changed" in found.line() and "stablehlo.multiply" in found.line()
 
 
 def test_several_changes_the_reason_is_the_cause_not_the_consequence(cache):

@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 
 from tests.conftest import make_blob, make_key
+from xlacache import entry
 from xlacache.stores import index_schema
 from xlacache.stores.base import EntryInfo, PrunePolicy, current_jaxlib
 from xlacache.stores.index import Index
@@ -88,7 +89,7 @@ def test_a_version_2_index_is_migrated_keeping_hits_and_last_use(tmp_path):
         one, two = store.stat(make_key(1)), store.stat(make_key(2))
         assert (one.hits, one.last_used, two.hits, two.last_used) == (7, 5000.0, 8, 5001.0)
         assert (one.jaxlib, two.jaxlib) == (current_jaxlib(), OLD_JAXLIB)  # backfilled
-        assert two.platform == "cpu" and two.format_version == 2
+        assert two.platform == "cpu" and two.format_version == entry.FORMAT_VERSION
         assert store.summary().hits == 15  # the totals survive too
     db = sqlite3.connect(root / "index.sqlite")
     assert index_schema.version(db) == index_schema.VERSION
@@ -120,9 +121,10 @@ def _random_infos(count: int, seed: int) -> list[EntryInfo]:
             hits=0,
             compile_seconds=0.0,
             label="",
-            format_version=rng.choice([0, 1, 2, 2]),
+            format_version=rng.choice([0, 2, 3, 3]),
             jaxlib=rng.choice(["", "0.10.2", "0.10.2", "0.9.2"]),
             platform="cpu",
+            rewarmed_from=rng.choice(["", "", "0.9.2"]),
         )  # fmt: skip
         for n in range(count)
     ]
@@ -152,11 +154,26 @@ def test_by_jaxlib_counts_entries_and_bytes(tmp_path):
     infos = _random_infos(200, 1)
     ix = Index(tmp_path / "index.sqlite")
     ix.upsert(infos)
-    got = {v.jaxlib: (v.entries, v.bytes) for v in ix.by_jaxlib()}
-    want: dict[str, tuple[int, int]] = {}
+    got = {v.jaxlib: (v.entries, v.bytes, v.rewarmed) for v in ix.by_jaxlib()}
+    want: dict[str, tuple[int, int, int]] = {}
     for i in infos:
-        n, b = want.get(i.jaxlib, (0, 0))
-        want[i.jaxlib] = (n + 1, b + i.size)
-    assert got == want
+        n, b, r = want.get(i.jaxlib, (0, 0, 0))
+        want[i.jaxlib] = (n + 1, b + i.size, r + bool(i.rewarmed_from))
+    assert got == want and sum(v[2] for v in got.values()) > 0
     assert [v.jaxlib for v in ix.by_jaxlib()] == ["0.10.2", "0.9.2", ""]  # newest first
+    ix.close()
+
+
+def test_a_version_3_index_gains_the_rewarmed_column_keeping_its_rows(tmp_path):
+    path = tmp_path / "index.sqlite"
+    ix = Index(path)
+    ix.upsert(_random_infos(20, 2))
+    ix.close()
+    db = sqlite3.connect(path, isolation_level=None)  # as version 3 left it
+    db.execute("ALTER TABLE entries DROP COLUMN rewarmed_from")
+    db.execute("PRAGMA user_version = 3")
+    db.close()
+    ix = Index(path)
+    assert not ix.fresh and len(ix.all()) == 20
+    assert {i.rewarmed_from for i in ix.all()} == {""}  # no entry was rewarmed before
     ix.close()

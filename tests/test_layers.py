@@ -32,9 +32,14 @@ LAYERS = {
     "stores": 3,
     "flight": 4,
     "prefetch": 4,
+    "aliases": 4,
+    "job_recorder": 4,
+    "legacy": 4.5,  # on flight, below cache
     "cache": 5,
     "bundle": 5,
     "server": 5,
+    "jax_portable": 5,
+    "jax_readable": 5,
     "jax_bridge": 6,
     "jax_internals": 0,
     "assemble": 6,
@@ -42,6 +47,7 @@ LAYERS = {
     "api": 7,
     "jax_programs": 7,
     "executables": 8,
+    "rewarming": 8,
     "__init__": 9,  # `import xlacache`: the public API
     "lazy": 10,
     "cli": 10,

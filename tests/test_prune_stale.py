@@ -69,7 +69,8 @@ def test_prune_stale_lists_then_removes_what_this_jaxlib_cannot_load(filled):
 
     stats = cli_json("stats", url)
     assert stats["by_jaxlib"][0] == {
-        "jaxlib": current_jaxlib(), "entries": 3, "bytes": sum(sizes[k] for k in current)
+        "jaxlib": current_jaxlib(), "entries": 3, "bytes": sum(sizes[k] for k in current),
+        "rewarmed": 0,
     }  # fmt: skip
     assert stats["by_jaxlib"][1]["jaxlib"] in (OLD, "")  # gs: one object without metadata
     assert sum(v["entries"] for v in stats["by_jaxlib"]) == 5

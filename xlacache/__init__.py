@@ -10,6 +10,7 @@ from xlacache import executables
 from xlacache._version import __version__
 from xlacache.api import get_cache, initialize_cache, is_initialized, stats
 from xlacache.errors import CacheError, ConfigError, CorruptEntryError, NotACacheError
+from xlacache.rewarming import rewarm
 
 __all__ = [
     "__version__",
@@ -17,6 +18,7 @@ __all__ = [
     "stats",
     "get_cache",
     "is_initialized",
+    "rewarm",
     "CacheError",
     "ConfigError",
     "CorruptEntryError",

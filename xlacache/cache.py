@@ -13,17 +13,19 @@ miss one key at once compile it once, the others waiting for its entry
 from __future__ import annotations
 
 import enum
-import json
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from xlacache import counters, entry
-from xlacache.errors import CacheError, CorruptEntryError, kind_of
+from xlacache.aliases import AliasEntries
+from xlacache.errors import CacheError, ForeignEntryError, kind_of
 from xlacache.flight import FAILED, Flight, Found, Landing, Lookup, SingleFlight, WriterWatch
-from xlacache.key import is_valid_key
-from xlacache.prefetch import PREFETCH_MAX_BYTES, Fetched, JobRecorder, Prefetcher
+from xlacache.job_recorder import JobRecorder
+from xlacache.key import COMPONENTS
+from xlacache.legacy import LegacyEntries
+from xlacache.prefetch import PREFETCH_MAX_BYTES, Fetched, Prefetcher
 from xlacache.stores.base import Store
 from xlacache.stores.leases import LeaseTable
 
@@ -63,8 +65,9 @@ _REJECTED = (
 )
 
 
-class CompilationCache:
-    """A store plus the rules for using it during compilation.
+class CompilationCache(AliasEntries, LegacyEntries):
+    """A store plus the rules for using it during compilation (alias entries:
+    `xlacache.aliases`; entries of format 2: `xlacache.legacy`).
 
     `signer` signs every entry written; with `trusted` keys, only entries one of them
     signed are loaded (others are misses, counted as errors["untrusted"]). `explainer`
@@ -119,6 +122,8 @@ class CompilationCache:
         self._tally.add("hits")
         self._tally.add("load_seconds", load_seconds)
         self._tally.add("compile_seconds_saved", header.compile_seconds - load_seconds)
+        if header.rewarmed_from and self.explainer is not None:
+            self.explainer.on_rewarmed_hit(header)
 
     def get_or_compile(
         self,
@@ -154,12 +159,14 @@ class CompilationCache:
     ) -> Compiled:
         """`get_or_compile`, with what it did (`Outcome`)."""
         counters.raise_deferred()  # strict mode: what a background thread hid
-        found = self._take_prefetched(key, context or {}, load)
+        found = self._take_prefetched(key, context or {}, load, identity)
         if found is None:
-            found = self._load(key, load)
+            found = self._load(key, load, identity)
+        if found.found is Found.ABSENT and identity is not None and identity.legacy is not None:
+            found = self._legacy(key, identity, load, label, platform, context)
         lease = None
         if found.found is Found.ABSENT:  # maybe in the works: single-flight
-            flight = self._flight(key, load, label)
+            flight = self._flight(key, load, label, identity)
             if flight is not None:
                 landed = flight.run()
                 if landed.landing is Landing.LOADED:
@@ -196,105 +203,8 @@ class CompilationCache:
                 lease.release()
         return Compiled(result, outcome)
 
-    def save_alias(self, alias: str, record: dict, label: str = "", platform: str = "") -> bool:
-        """Store an alias entry: `record` (JSON) names the key of an executable stored here.
-
-        An alias entry is an ordinary entry (verified, signed, tiered, pruned like the others)
-        whose context says ``{"kind": "alias"}`` and whose label starts with ``alias:``.
-        Read-only caches store nothing. Returns whether it was stored.
-        """
-        if self.readonly or self._refuses_own_entries():
-            return False
-        payload = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
-        label = entry.ALIAS_LABEL_PREFIX + label
-        stored = self.save(alias, lambda: payload, 0.0, label, platform, dict(entry.ALIAS_CONTEXT))
-        if stored:
-            self._tally.add("alias_writes")
-        return stored
-
-    def resolve_alias(
-        self,
-        alias: str,
-        accept: Callable[[dict, entry.Header], None],
-        load_entry: Callable[[entry.Entry], T],
-        verify: Callable[[T], None],
-    ) -> T | None:
-        """The executable the alias entry `alias` names, or None (a miss: absent, or any check
-        failed, counted and warned about once as errors["alias"]).
-
-        `accept(record, header)` raises unless the alias record and the target entry's header
-        fit this process; `load_entry` loads the target from its stored context (a prefetched
-        executable with the same key and context is taken instead); `verify(executable)`
-        raises unless the loaded executable is the program the caller expects. A bad alias is
-        dropped (unless read-only), so the caller's next compile stores a good one.
-        """
-        counters.raise_deferred()
-        record = self._read_alias(alias)
-        if record is None:
-            self._tally.add("alias_misses")
-            return None
-        key = record.get("target")
-        if not (isinstance(key, str) and is_valid_key(key)):
-            self._tally.add("alias_misses")
-            return None
-        taken = self._prefetcher.take(key)
-        found = self._checked(taken.fetched.found).value if taken else self.lookup(key)
-        if found is None:  # the target was pruned (or failed)
-            self._tally.add("alias_misses")
-            return None
-        try:
-            accept(record, found.header)
-        except Exception as exc:  # noqa: BLE001 - a wrong alias is a miss, never a wrong program
-            return self._bad_alias(alias, exc)
-        start = time.perf_counter()
-        prefetched = taken is not None and taken.value is not None
-        if prefetched:
-            result = taken.value  # loaded from the same stored context
-        else:
-            try:
-                result = load_entry(found)
-            except Exception as exc:  # noqa: BLE001 - a stale or foreign executable
-                counters.record_error(
-                    "corrupt" if isinstance(exc, CacheError) else "load_rejected", exc
-                )
-                self.discard(key)
-                self._tally.add("alias_misses")
-                return None
-        try:
-            verify(result)
-        except Exception as exc:  # noqa: BLE001
-            return self._bad_alias(alias, exc)
-        self._count_hit(found.header, time.perf_counter() - start)
-        if prefetched:
-            self._tally.add("prefetch_hits")
-        if taken is not None:
-            self._count_fetched(taken.fetched)
-        self._tally.add("alias_hits")
-        self._note_use(key)
-        return result
-
-    def _read_alias(self, alias: str) -> dict | None:
-        found = self.lookup(alias)
-        if found is None:
-            return None
-        try:
-            if not entry.is_alias(found.header):
-                raise CorruptEntryError(f"entry {alias} is not an alias entry")
-            record = json.loads(found.payload())
-            if not isinstance(record, dict):
-                raise CorruptEntryError(f"alias entry {alias} holds no record")
-        except Exception as exc:  # noqa: BLE001
-            self._bad_alias(alias, exc)
-            return None
-        return record
-
-    def _bad_alias(self, alias: str, exc: BaseException) -> None:
-        counters.record_error("alias", exc)
-        self._tally.add("alias_misses")
-        self.discard(alias)
-
     def _take_prefetched(
-        self, key: str, context: dict, load: Callable[[bytes], T]
+        self, key: str, context: dict, load: Callable[[bytes], T], identity: Identity | None
     ) -> Lookup[T] | None:
         """The prefetched executable for `key`, if prefetch got it: loaded for this context,
         or loaded here from the prefetched entry; None when prefetch has nothing."""
@@ -303,6 +213,8 @@ class CompilationCache:
         if taken is None:
             return None
         header = taken.fetched.found.header
+        if not self._fits(header, identity):
+            return FAILED
         if taken.value is not None and header.context == context:
             self._tally.add("prefetch_hits")
             self._count_hit(header, time.perf_counter() - start)
@@ -310,7 +222,7 @@ class CompilationCache:
         else:
             found = self._checked(taken.fetched.found)
             if found.found is Found.LOADED:
-                found = self._deserialize(key, taken.fetched.found, load)
+                found = self._deserialize(key, taken.fetched.found, load, identity)
         if found.found is Found.LOADED:
             self._count_fetched(taken.fetched)
         return found
@@ -325,14 +237,36 @@ class CompilationCache:
         except Exception as exc:  # noqa: BLE001
             counters.record_error(kind_of(exc), exc)
 
-    def _load(self, key: str, load: Callable[[bytes], T]) -> Lookup[T]:
+    def _load(
+        self, key: str, load: Callable[[bytes], T], identity: Identity | None = None
+    ) -> Lookup[T]:
         """The stored executable for `key`, loaded (an entry that fails is counted)."""
         found = self._lookup(key)
         if found.found is not Found.LOADED:
             return found
-        return self._deserialize(key, found.value, load)
+        return self._deserialize(key, found.value, load, identity)
 
-    def _deserialize(self, key: str, found: entry.Entry, load: Callable[[bytes], T]) -> Lookup[T]:
+    def _fits(self, header: entry.Header, identity: Identity | None) -> bool:
+        """Whether an entry found under a request's key records the request's components (an
+        entry that records none is not checked); one that does not is never deserialized: a
+        miss counted as errors["foreign"], and dropped so the compile replaces it."""
+        if identity is None or not header.components:
+            return True
+        differ = [n for n in COMPONENTS if header.components.get(n) != identity.components[n]]
+        if not differ:
+            return True
+        counters.record_error(
+            "foreign",
+            ForeignEntryError(f"entry {header.key[:12]} records another {', '.join(differ)}"),
+        )
+        self.discard(header.key)
+        return False
+
+    def _deserialize(
+        self, key: str, found: entry.Entry, load: Callable[[bytes], T], identity: Identity | None
+    ) -> Lookup[T]:
+        if not self._fits(found.header, identity):
+            return FAILED
         start = time.perf_counter()
         try:
             result = load(found.payload())
@@ -375,7 +309,9 @@ class CompilationCache:
         self.discard(key)
         return lambda _: payload
 
-    def _flight(self, key: str, load: Callable[[bytes], T], label: str) -> Flight[T] | None:
+    def _flight(
+        self, key: str, load: Callable[[bytes], T], label: str, identity: Identity | None = None
+    ) -> Flight[T] | None:
         """A single-flight for a missed key, or None (single-flight off, or no leases)."""
         if self.single_flight is None:
             return None
@@ -385,7 +321,7 @@ class CompilationCache:
         # A reader waits for a writer only in a store a writer has made.
         writers = self._writers if self.readonly and self.store.exists() else None
         return Flight(
-            self.single_flight, table, key, lambda: self._load(key, load),
+            self.single_flight, table, key, lambda: self._load(key, load, identity),
             readonly=self.readonly, writers=writers, label=label,
         )  # fmt: skip
 
@@ -471,12 +407,14 @@ class CompilationCache:
         context: dict | None = None,
         identity: Identity | None = None,
         publish: bool = False,
+        rewarmed_from: str = "",
     ) -> bool:
         """Encode (and sign) and store an executable; failures are counted, never raised.
         Returns whether it was stored.
 
         `publish`: make it visible to every process sharing the store before returning
-        (`Store.publish`), as a single-flight compiler does before releasing its lease."""
+        (`Store.publish`), as a single-flight compiler does before releasing its lease.
+        `rewarmed_from`: the jaxlib of the entry `xlacache rewarm` rebuilt it from."""
         try:
             blob = entry.encode(
                 key,
@@ -486,6 +424,7 @@ class CompilationCache:
                 platform_name=platform,
                 context=context,
                 signer=self.signer,
+                rewarmed_from=rewarmed_from,
                 **self._identity_fields(identity),
             )
             (self.store.publish if publish else self.store.put)(key, blob)
@@ -507,6 +446,11 @@ class CompilationCache:
                 fields["module_text"] = identity.module_text()
         except Exception as exc:  # noqa: BLE001
             counters.record_error("explain", exc)
+        if identity.program is not None:
+            try:  # without it the entry serves this jaxlib only (`xlacache rewarm` skips it)
+                fields["program_text"], fields["program"] = identity.program()
+            except Exception as exc:  # noqa: BLE001
+                counters.record_error("program", exc)
         return fields
 
     def discard(self, key: str) -> None:

@@ -7,7 +7,9 @@ Layout of an encoded entry::
     u32 big-endian          header length H
     32 bytes                SHA-256 of the header bytes
     H bytes                 header: UTF-8 JSON (see Header)
-    body                    zstd-compressed serialized executable, then (only when
+    body                    zstd-compressed serialized executable, then the
+                            zstd-compressed portable program (format 3: the module in
+                            its canonical text, for `xlacache rewarm`), then (only when
                             asked to keep it) the zstd-compressed module text
 
 The header names the body's SHA-256 and length, so a flipped byte anywhere or a
@@ -37,7 +39,9 @@ from xlacache._version import __version__
 from xlacache.errors import CorruptEntryError
 
 MAGIC = b"XLAC"
-FORMAT_VERSION = 2  # 2: key components, summary, module text, signature
+FORMAT_VERSION = 3  # 2: key components, summary, module text, signature; 3: program
+# Formats decoded: format 2 (keyed by the module's bytecode) by tools and a miss's legacy lookup
+READABLE_FORMATS = (2, 3)
 _PRELUDE = struct.Struct(">4sHI32s")  # magic, version, header length, header sha256
 PRELUDE_SIZE = _PRELUDE.size
 MAX_HEADER_SIZE = 1 << 20
@@ -95,6 +99,12 @@ class Header:
     module_text_size: int = 0  # trailing body bytes: the zstd-compressed module text
     signer: str = ""  # key id of the signing key; "" when unsigned
     signature: str = ""  # base64 signature over signed_form(header)
+    # The portable program (format 3): body bytes before the module text, zstd-compressed,
+    # and what rebuilding its executable needs (`program`: its form, the compile options'
+    # recipe); see `xlacache.rewarm`.
+    program_size: int = 0
+    program: dict = field(default_factory=dict)
+    rewarmed_from: str = ""  # the jaxlib of the entry `xlacache rewarm` compiled this from
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -148,7 +158,7 @@ HEADER_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "label": (_text, "a string"),
     "platform": (_text, "a string"),
     "compression": (lambda v: v == COMPRESSION, repr(COMPRESSION)),
-    "format_version": (lambda v: type(v) is int and v == FORMAT_VERSION, str(FORMAT_VERSION)),
+    "format_version": (lambda v: type(v) is int and v in READABLE_FORMATS, "2 or 3"),
     "producer": (_strings, "an object of strings"),
     "context": (_table, "an object"),
     "components": (_digests, "an object of 64-hex-digit digests"),
@@ -156,10 +166,14 @@ HEADER_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "module_text_size": (_count, "a whole number >= 0"),
     "signer": (_text, "a string"),
     "signature": (_text, "a string"),
+    "program_size": (_count, "a whole number >= 0"),
+    "program": (_table, "an object"),
+    "rewarmed_from": (_text, "a string"),
 }
 # Checks across fields, on the checked Header.
+_TRAILING = "module_text_size + program_size <= body_size"
 HEADER_RELATIONS: tuple[tuple[Callable[[Header], bool], str], ...] = (
-    (lambda h: h.module_text_size <= h.body_size, "module_text_size <= body_size"),
+    (lambda h: h.module_text_size + h.program_size <= h.body_size, _TRAILING),
 )
 
 
@@ -234,8 +248,15 @@ class Entry:
 
     def payload(self) -> bytes:
         """The serialized executable (decompressed; zstd checks its own frame checksum)."""
-        end = len(self.body) - self.header.module_text_size
+        end = len(self.body) - self.header.module_text_size - self.header.program_size
         return self._decompress(self.body[:end], self.header.payload_size)
+
+    def program_text(self) -> bytes | None:
+        """The portable program (format 3: its canonical module text), or None."""
+        if not self.header.program_size:
+            return None
+        end = len(self.body) - self.header.module_text_size
+        return self._decompress(self.body[end - self.header.program_size : end], MAX_MODULE_TEXT)
 
     def module_text(self) -> str | None:
         """The stripped module text, where the writer kept it (XLACACHE_KEEP_HLO)."""
@@ -245,7 +266,8 @@ class Entry:
         return self._decompress(tail, MAX_MODULE_TEXT).decode("utf-8", "replace")
 
     def _decompress(self, data, limit: int) -> bytes:
-        if not 0 <= self.header.module_text_size <= len(self.body):
+        trailing = self.header.module_text_size + self.header.program_size
+        if not 0 <= trailing <= len(self.body):
             raise CorruptEntryError(f"entry {self.header.key}: module text size out of range")
         try:
             return zstandard.ZstdDecompressor().decompress(data, max_output_size=limit)
@@ -266,15 +288,21 @@ def encode(
     summary: dict | None = None,
     module_text: str | None = None,
     signer: Signer | None = None,
+    program_text: bytes | None = None,
+    program: dict | None = None,
+    rewarmed_from: str = "",
 ) -> bytes:
     """Build an encoded entry for `payload` (a serialized executable) under `key`.
 
-    `components` and `summary` describe the key (xlacache.key.Identity); `module_text`
-    is kept compressed after the executable; `signer` signs the header.
+    `components` and `summary` describe the key (xlacache.key.Identity); `program_text`
+    (the portable program, described by `program`) and `module_text` are kept compressed
+    after the executable; `rewarmed_from` names the jaxlib of the entry it was rebuilt
+    from; `signer` signs the header.
     """
     compressor = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, write_checksum=True)
     text = compressor.compress(module_text.encode()) if module_text else b""
-    body = compressor.compress(payload) + text
+    portable = compressor.compress(program_text) if program_text else b""
+    body = compressor.compress(payload) + portable + text
     header = Header(
         key=key,
         payload_sha256=hashlib.sha256(body).hexdigest(),
@@ -289,6 +317,9 @@ def encode(
         components=components or {},
         summary=summary or {},
         module_text_size=len(text),
+        program_size=len(portable),
+        program=program or {},
+        rewarmed_from=rewarmed_from,
     )
     return _pack(_signed(header, signer), body)
 
@@ -306,7 +337,7 @@ def _pack(header: Header, body: bytes | memoryview) -> bytes:
         raise ValueError(f"cannot encode entry {header.key!r}: {exc}") from None
     header_bytes = json.dumps(header.to_dict(), sort_keys=True).encode()
     prelude = _PRELUDE.pack(
-        MAGIC, FORMAT_VERSION, len(header_bytes), hashlib.sha256(header_bytes).digest()
+        MAGIC, header.format_version, len(header_bytes), hashlib.sha256(header_bytes).digest()
     )
     return b"".join((prelude, header_bytes, body))
 
@@ -367,7 +398,7 @@ def _verified(view: memoryview, key: str | None, check_body: bool) -> tuple[Head
 def _check_prelude(magic: bytes, version: int, size: int) -> None:
     if magic != MAGIC:
         raise CorruptEntryError("not an xlacache entry (bad magic)")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_FORMATS:
         raise CorruptEntryError(f"entry format version {version}, expected {FORMAT_VERSION}")
     if size > MAX_HEADER_SIZE:
         raise CorruptEntryError(f"entry header claims {size} bytes")
@@ -375,7 +406,7 @@ def _check_prelude(magic: bytes, version: int, size: int) -> None:
 
 def _parse_header(view: memoryview) -> tuple[Header, int]:
     end = header_length(bytes(view[:PRELUDE_SIZE]))
-    _, _, _, header_sha = _PRELUDE.unpack_from(view)
+    _, version, _, header_sha = _PRELUDE.unpack_from(view)
     header_bytes = bytes(view[PRELUDE_SIZE:end])
     if len(header_bytes) != end - PRELUDE_SIZE:
         raise CorruptEntryError("entry truncated inside its header")
@@ -385,7 +416,10 @@ def _parse_header(view: memoryview) -> tuple[Header, int]:
         values = json.loads(header_bytes)
     except ValueError as exc:
         raise CorruptEntryError(f"entry header unreadable: {exc}") from exc
-    return header_from_fields(values), end
+    header = header_from_fields(values)
+    if header.format_version != version:
+        raise CorruptEntryError(f"entry header says format {header.format_version}, not {version}")
+    return header, end
 
 
 class EntryReader:

@@ -99,6 +99,13 @@ class RequestCancelledError(StoreUnavailableError):
     """The call was cancelled before it finished (the client went away, a shutdown)."""
 
 
+class ForeignEntryError(CacheError):
+    """An entry of another environment (jaxlib, platform, devices, XLA flags, entry format):
+    never handed to this process's loader (another jaxlib's executable can crash XLA)."""
+
+    kind = "foreign"
+
+
 class StoreIndexError(CacheError):
     """The SQLite index of a local store failed (busy, I/O); the entries are unaffected."""
 

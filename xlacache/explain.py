@@ -85,10 +85,15 @@ class Side:
     components: Mapping[str, str]
     summary: Mapping[str, Mapping]
     module_text: Callable[[], str | None] = field(default=lambda: None, compare=False)
+    # the program's canonical text (every entry of format 3 keeps it; see `jax_portable`)
+    program_text: Callable[[], str | None] = field(default=lambda: None, compare=False)
 
     @classmethod
     def of_header(
-        cls, header: entry.Header, module_text: Callable[[], str | None] | None = None
+        cls,
+        header: entry.Header,
+        module_text: Callable[[], str | None] | None = None,
+        program_text: Callable[[], str | None] | None = None,
     ) -> Side:
         return cls(
             header.key,
@@ -96,17 +101,19 @@ class Side:
             header.components,
             header.summary,
             module_text or (lambda: None),
+            program_text or (lambda: None),
         )
 
     @classmethod
     def of_identity(cls, identity: Identity) -> Side:
-        text = identity.module_text
+        text, program = identity.module_text, identity.program
         return cls(
             identity.key,
             identity.label,
             identity.components,
             identity.summary(),
             text if text is not None else (lambda: None),
+            (lambda: program()[0].decode()) if program is not None else (lambda: None),
         )
 
 
@@ -203,12 +210,16 @@ def _summary_details(component: str, old: Mapping, new: Mapping) -> list[str]:
 
 
 def _module_details(old: Side, new: Side) -> list[str]:
+    """The first differing lines of the two modules: of the module text both kept
+    (XLACACHE_KEEP_HLO=1), else of their programs' canonical text (entry format 3)."""
     a_text, b_text = old.module_text(), new.module_text()
+    if a_text is None or b_text is None:
+        a_text, b_text = old.program_text(), new.program_text()
     if a_text is None or b_text is None:
         sizes = (old.summary.get("hlo", {}).get("bytes"), new.summary.get("hlo", {}).get("bytes"))
         return [
-            f"HLO differs ({_show(sizes[0])} -> {_show(sizes[1])} bytes of bytecode; "
-            "XLACACHE_KEEP_HLO=1 keeps module text to show the lines)"
+            f"HLO differs ({_show(sizes[0])} -> {_show(sizes[1])} bytes of program text; "
+            "an entry written before format 3 keeps no program to show the lines)"
         ]
     a_lines, b_lines = a_text.splitlines(), b_text.splitlines()
     matcher = difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False)
@@ -299,7 +310,9 @@ def explain(store, miss: Side, max_candidates: int = MAX_CANDIDATES) -> Explanat
             best, best_rank = header, rank
     if best is None:
         return Explanation(miss.key, miss.label, "new_program", note="nothing stored to compare")
-    old = Side.of_header(best, lambda: stored_module_text(store, best))
+    old = Side.of_header(
+        best, lambda: stored_module_text(store, best), lambda: stored_program_text(store, best)
+    )
     diffs = tuple(differences(old, miss, module_lines=bool(same_label)))
     note = "" if same_label else f"no entry labelled {miss.label}; nearest is {best.label}"
     why = reason(list(diffs)) if same_label else "new_program"
@@ -318,6 +331,15 @@ def stored_module_text(store, header: entry.Header) -> str | None:
         return None
     blob = store.peek(header.key)
     return None if blob is None else entry.decode(blob, header.key).module_text()
+
+
+def stored_program_text(store, header: entry.Header) -> str | None:
+    """The program's canonical text an entry keeps (entry format 3), or None."""
+    if not header.program_size:
+        return None
+    blob = store.peek(header.key)
+    text = None if blob is None else entry.decode(blob, header.key).program_text()
+    return None if text is None else text.decode("utf-8", "replace")
 
 
 class Explainer:
@@ -366,6 +388,16 @@ class Explainer:
         if self.reporters:
             self._report(record)
         return found
+
+    def on_rewarmed_hit(self, header: entry.Header) -> str:
+        """Log that a hit was served by an entry `xlacache rewarm` compiled (its header's
+        `rewarmed_from`); returns the line."""
+        line = (
+            f"xlacache: hit {header.label or '?'} {header.key[:12]}: rewarmed from jaxlib "
+            f"{header.rewarmed_from} (compiled by xlacache rewarm for jaxlib {header.jaxlib})"
+        )
+        log.warning("%s", line)
+        return line
 
     def _report(self, record: dict) -> None:
         if not self._report_limit.allow():

@@ -24,12 +24,23 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
-from xlacache import counters
+from xlacache import counters, jax_portable, jax_readable
 from xlacache.cache import CompilationCache
+from xlacache.errors import ForeignEntryError
 from xlacache.jax_internals import INTERNALS, check_compatible, parameters_of  # noqa: F401
-from xlacache.key import Identity, KeyInputs, affects_codegen, codegen_flags
+from xlacache.key import (
+    ENVIRONMENT_COMPONENTS,
+    Identity,
+    KeyInputs,
+    affects_codegen,
+    codegen_flags,
+    environment_digests,
+    key_from_components,
+    legacy_components,
+)
 
 _original = None
 _signature: inspect.Signature | None = None  # the original compile_or_get_cached's
@@ -91,32 +102,71 @@ def process_index() -> int | None:
         return None
 
 
-def key_inputs(backend, computation, devices, compile_options) -> KeyInputs:
-    """The components of xlacache's key, taken from JAX's compile arguments."""
+def key_inputs(
+    backend, computation, devices, compile_options, text: bytes | None = None
+) -> KeyInputs:
+    """The components of xlacache's key, taken from JAX's compile arguments (`text`: the
+    module's canonical text, if already made)."""
+    if text is None:
+        text = jax_portable.canonical_text(computation)
+    return _inputs(
+        backend,
+        devices,
+        hlo=hashlib.sha256(text).digest(),
+        hlo_size=len(text),
+        compile_options=_normalized_options(compile_options, backend.platform),
+    )
+
+
+def _inputs(backend, devices, **program) -> KeyInputs:
     from jax._src.lib import version_str as jaxlib_version
 
     return KeyInputs(
-        hlo=_stripped_bytecode(computation),
-        compile_options=_normalized_options(compile_options, backend.platform),
         jaxlib_version=jaxlib_version,
         platform=backend.platform,
         platform_version=backend.platform_version,
         device_kinds=tuple(d.device_kind for d in devices.flat),
         topology=topology_of(backend, devices),
         xla_flags=codegen_flags(xla_flags_in_env()),
+        **program,
     )
+
+
+def environment_of(backend, devices) -> dict[str, str]:
+    """This process's ENVIRONMENT_COMPONENTS digests for a program on `devices` (a numpy
+    array of the backend's devices): what an entry's header must record to be loaded here."""
+    return environment_digests(_inputs(backend, devices, hlo=b"", compile_options=b""))
+
+
+def legacy_key(inputs: KeyInputs, computation) -> tuple[str, dict[str, str]]:
+    """The key and components entry format 2 gave this compilation (its key digested the
+    module's stripped bytecode; every other component is the same)."""
+    components = legacy_components(replace(inputs, hlo=_stripped_bytecode(computation)))
+    return key_from_components(components), components
 
 
 def identity(backend, computation, devices, compile_options) -> Identity:
     """xlacache's key for a JAX compilation, with its named components and, on demand,
-    readable details (compile options, processes) and the stripped module text."""
-    inputs = key_inputs(backend, computation, devices, compile_options)
+    readable details (compile options, processes), the stripped module text, and the
+    portable program an entry keeps (canonical text, compile options' recipe)."""
+    text = jax_portable.canonical_text(computation)
+    inputs = key_inputs(backend, computation, devices, compile_options, text=text)
     return Identity(
         inputs,
         label=module_name(computation),
-        details=lambda: _details(inputs),
-        module_text=lambda: _module_text(computation),
+        details=lambda: jax_readable.details(inputs),
+        module_text=lambda: jax_readable.module_text(computation),
+        program=lambda: (text, program_description(compile_options)),
+        legacy=lambda: legacy_key(inputs, computation),
     )
+
+
+def program_description(compile_options) -> dict:
+    """The header's `program` field: the program's form and its compile options' recipe."""
+    return {
+        "form": jax_portable.PROGRAM_FORM,
+        "options": jax_portable.options_recipe(compile_options),
+    }
 
 
 def module_name(computation) -> str:
@@ -189,18 +239,72 @@ def load_context(compile_options, executable_devices) -> dict:
 
 
 def load_entry(found):
-    """Load an entry from its stored context alone (for prefetching)."""
-    from jax._src import xla_bridge
+    """Load an entry from its stored context alone (prefetch, aliases): only an entry whose
+    header records this process's environment for its devices (entry format, jaxlib,
+    platform, devices and topology, XLA flags), checked before any byte reaches XLA
+    (ForeignEntryError otherwise: another jaxlib's executable can crash XLA's loader)."""
     from jax._src.lib import xla_client
 
-    context = found.header.context
-    backend = xla_bridge.get_backend(found.header.platform or None)
-    by_id = {d.id: d for d in backend.devices()}  # global ids, as in a multi-process job
-    devices = xla_client.DeviceList(tuple(by_id[i] for i in context["device_ids"]))
+    header = found.header
+    backend, devices = entry_devices(header)
+    check_environment(header, environment_of(backend, devices))
     options = xla_client.CompileOptions.ParseFromString(
-        base64.b64decode(context["compile_options"])
+        base64.b64decode(header.context["compile_options"])
     )
-    return _deserialize(backend, found.payload(), devices, options)
+    executable_devices = xla_client.DeviceList(tuple(devices.flat))
+    return _deserialize(backend, found.payload(), executable_devices, options)
+
+
+def entry_devices(header):
+    """(backend, devices as a numpy array) an entry's stored context names, in this process;
+    ForeignEntryError when this process has no such backend or devices."""
+    import numpy as np
+    from jax._src import xla_bridge
+
+    ids = header.context.get("device_ids")
+    if not isinstance(ids, list) or not ids:
+        raise ForeignEntryError(f"entry {header.key[:12]} records no devices to load on")
+    try:
+        backend = xla_bridge.get_backend(header.platform or None)
+    except Exception as exc:  # noqa: BLE001 - no such platform here
+        where = f"entry {header.key[:12]} is for {header.platform}"
+        raise ForeignEntryError(f"{where}: {exc}") from None
+    by_id = {d.id: d for d in backend.devices()}  # global ids, as in a multi-process job
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ForeignEntryError(f"entry {header.key[:12]} runs on devices {missing} absent here")
+    devices = np.empty(len(ids), dtype=object)
+    devices[:] = [by_id[i] for i in ids]
+    return backend, devices
+
+
+def check_environment(header, environment: dict[str, str]) -> None:
+    """ForeignEntryError unless `header` records `environment` (ENVIRONMENT_COMPONENTS)."""
+    differ = [
+        name for name in ENVIRONMENT_COMPONENTS if header.components.get(name) != environment[name]
+    ]
+    if differ:
+        wrote = header.jaxlib or "an unknown jaxlib"
+        raise ForeignEntryError(
+            f"entry {header.key[:12]} ({header.label or '?'}, jaxlib {wrote}) was compiled "
+            f"for another {', '.join(differ)}: not loaded"
+        )
+
+
+def compile_module(backend, module, devices, compile_options):
+    """Compile `module` as a `jax.jit` call on `devices` (a numpy array) does, with JAX's own
+    compile_or_get_cached (never through an installed cache): `xlacache rewarm`."""
+    from jax._src.lib import xla_client
+
+    compile_ = _original if _original is not None else _compiler().compile_or_get_cached
+    return compile_(
+        backend=backend,
+        computation=module,
+        devices=devices,
+        compile_options=compile_options,
+        host_callbacks=[],
+        executable_devices=xla_client.DeviceList(tuple(devices.flat)),
+    )
 
 
 def _deserialize(backend, payload: bytes, executable_devices, compile_options):
@@ -315,99 +419,6 @@ def _fingerprint(topology) -> str:
     if hasattr(topology, "fingerprint"):
         return str(topology.fingerprint())
     return "sha256:" + hashlib.sha256(topology.serialize()).hexdigest()
-
-
-def _details(inputs: KeyInputs) -> dict[str, dict]:
-    """Readable key details beyond KeyInputs: compile options fields, job shape."""
-    job = json.loads(inputs.topology) if inputs.topology else {}
-    return {
-        "compile_options": _options_summary(inputs.compile_options),
-        "devices": {
-            "processes": job.get("processes", 1),
-            "global_devices": len(job.get("devices", ())),
-        },
-    }
-
-
-_OPTION_FIELDS = (
-    "num_replicas",
-    "num_partitions",
-    "parameter_is_tupled_arguments",
-    "compile_portable_executable",
-    "profile_version",
-    "device_assignment",
-)
-_BUILD_FIELDS = (
-    "num_replicas",
-    "num_partitions",
-    "use_spmd_partitioning",
-    "use_auto_spmd_partitioning",
-    "use_shardy_partitioner",
-    "allow_spmd_sharding_propagation_to_output",
-    "allow_spmd_sharding_propagation_to_parameters",
-    "auto_spmd_partitioning_mesh_shape",
-    "auto_spmd_partitioning_mesh_ids",
-    "optimization_level",
-    "memory_fitting_level",
-    "exec_time_optimization_effort",
-    "memory_fitting_effort",
-    "fdo_profile",
-    "result_layout",
-)
-_MAX_SHOWN = 200
-
-
-def _readable(value):
-    if isinstance(value, (bool, int, float)) or value is None:
-        return value
-    if isinstance(value, bytes):
-        return f"{len(value)} bytes" if value else ""
-    text = str(value)
-    return text if len(text) <= _MAX_SHOWN else text[: _MAX_SHOWN - 3] + "..."
-
-
-def _options_summary(serialized: bytes) -> dict:
-    """The compile options' fields people can read (XLA_FLAGS reach the debug options)."""
-    from jax._src.lib import xla_client
-
-    options = xla_client.CompileOptions.ParseFromString(serialized)
-    build = options.executable_build_options
-    fields = {name: _readable(_field(options, name)) for name in _OPTION_FIELDS}
-    fields.update({f"build.{n}": _readable(_field(build, n)) for n in _BUILD_FIELDS})
-    fields["env_option_overrides"] = [f"{n}={v}" for n, v in options.env_option_overrides]
-    for name, value in _debug_fields(build.debug_options).items():
-        if affects_codegen(name):
-            fields[f"debug.{name}"] = _readable(value)
-    return fields
-
-
-def _field(obj, name: str):
-    """A field the bindings may lack or fail to convert (jaxlib 0.6's effort enums): None."""
-    try:
-        return getattr(obj, name, None)
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def _debug_fields(debug) -> dict:
-    values = {}
-    for name in dir(debug):
-        if name.startswith("xla_"):
-            try:
-                values[name] = getattr(debug, name)
-            except Exception:  # noqa: BLE001 - a field the bindings cannot read
-                continue
-    return values
-
-
-def _module_text(computation) -> str:
-    """The module as text, debug info stripped and large constants elided."""
-    from jax._src.lib.mlir import passmanager
-
-    with computation.context:
-        module = computation.operation.clone()
-        passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(module)
-        return module.get_asm(enable_debug_info=False, large_elements_limit=32)
 
 
 def xla_flags_in_env() -> list[str]:

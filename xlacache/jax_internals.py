@@ -73,6 +73,26 @@ INTERNALS = (
     Internal("jax._src.lib", "version_str"),
     Internal("jax._src.lib.mlir", "ir.StringAttr"),
     Internal("jax._src.lib.mlir", "passmanager.PassManager.parse"),
+    # the canonical program text of the key and of a stored program (`jax_portable`)
+    Internal("jax._src.lib.mlir", "ir.Operation.print"),
+    Internal("jax._src.lib.mlir", "ir.SymbolTable.replace_all_symbol_uses"),
+    Internal("jax._src.lib.mlir", "ir.SymbolTable.set_symbol_name"),
+    Internal("jax._src.lib.mlir", "ir.Module.parse"),
+    Internal("jax._src.interpreters.mlir", "make_ir_context"),
+    # compile options rebuilt by `xlacache rewarm` as `jax.jit` builds them
+    Internal(
+        "jax._src.compiler",
+        "get_compile_options",
+        (
+            "num_replicas",
+            "num_partitions",
+            "device_assignment",
+            "env_options_overrides",
+            "fdo_profile",
+            "detailed_logging",
+            "backend",
+        ),
+    ),  # fmt: skip
     Internal("jax._src.xla_bridge", "get_backend"),
     Internal("jax._src.xla_bridge", "backends_are_initialized"),
     Internal("jax._src.distributed", "global_state"),

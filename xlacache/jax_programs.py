@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from xlacache import jax_bridge
-from xlacache.key import KeyInputs, codegen_flags, environment_digests
 
 
 class NotDescribable(Exception):
@@ -56,16 +55,6 @@ def environment(devices: Sequence[Any] | None = None) -> Environment:
         devices = (jax.local_devices()[0],)
     device = devices[0]
     backend = xla_bridge.get_backend(device.platform)
-    inputs = KeyInputs(
-        hlo=b"",
-        compile_options=b"",
-        jaxlib_version=jaxlib_version,
-        platform=backend.platform,
-        platform_version=backend.platform_version,
-        device_kinds=tuple(d.device_kind for d in devices),
-        topology=jax_bridge.topology_of(backend, _device_array(devices)),
-        xla_flags=codegen_flags(jax_bridge.xla_flags_in_env()),
-    )
     frontend = [f"jax {jax.__version__}", f"jaxlib {jaxlib_version}", f"python {sys.version}"]
     frontend += [f"{name}={_encode(value)}" for name, value in sorted(_config_values().items())]
     where = ";".join(f"{d.id}/{d.process_index}/{d.device_kind}/{d.platform}" for d in devices)
@@ -74,7 +63,7 @@ def environment(devices: Sequence[Any] | None = None) -> Environment:
             "frontend": hashlib.sha256("\n".join(frontend).encode()).digest(),
             "executable_devices": where.encode(),
         },
-        digests=environment_digests(inputs),
+        digests=jax_bridge.environment_of(backend, _device_array(devices)),
         device=device,
         device_ids=[d.id for d in devices],
     )

@@ -4,8 +4,11 @@ A key is a SHA-256 over named components, each itself a SHA-256 over its
 length-prefixed parts (as JAX's cache_key.py, every component can be logged and
 compared on its own, which is how `xlacache.explain` names the reason for a miss):
 
-- ``hlo``: the module with debug/location metadata stripped (comments or moved lines
-  in user code do not change it),
+- ``hlo``: the program: the SHA-256 of the module's canonical text (MLIR's generic form,
+  without debug/location metadata, private functions renamed by order of appearance), so
+  comments or moved lines in user code do not change it, nor JAX's private function
+  names or its printer's spacing (the same program lowered by jax 0.8.3 to 0.10.2 gives
+  one text; `jax_portable.canonical_text`),
 - ``compile_options``: with debug-only fields cleared (dump paths, cache paths),
 - ``jaxlib``: the jaxlib version,
 - ``platform``: platform name and version,
@@ -14,7 +17,8 @@ compared on its own, which is how `xlacache.explain` names the reason for a miss
   of a multi-process job,
 - ``xla_flags``: the XLA flags that affect code generation (dump/debug flags dropped,
   order-free),
-- ``format``: xlacache's entry-format version.
+- ``format``: xlacache's entry-format version (3; format 2 keyed the module's bytecode:
+  `legacy_key`).
 
 Nothing about where the cache lives enters the key, so entries survive moving the
 cache directory, and the same program gives the same key on every machine and every
@@ -31,6 +35,8 @@ from dataclasses import dataclass, field
 
 from xlacache.entry import FORMAT_VERSION, is_sha256_hex
 from xlacache.errors import InvalidKeyError
+
+LEGACY_FORMAT = 2  # keys of format-2 entries: the hlo component digested stripped bytecode
 
 # The named components of a key, in the order they are hashed.
 COMPONENTS = ("format", "hlo", "compile_options", "jaxlib", "platform", "devices", "xla_flags")
@@ -57,7 +63,7 @@ NON_CODEGEN_FLAG_PREFIXES = (
 class KeyInputs:
     """Everything that decides whether a stored executable may serve a compilation."""
 
-    hlo: bytes  # module bytecode with debug info stripped
+    hlo: bytes  # the SHA-256 of the module's canonical text (format 2: its stripped bytecode)
     compile_options: bytes  # serialized CompileOptionsProto, debug-only fields cleared
     jaxlib_version: str
     platform: str
@@ -65,12 +71,16 @@ class KeyInputs:
     device_kinds: tuple[str, ...]
     topology: str  # process-independent description of the job's devices, or ""
     xla_flags: tuple[str, ...]  # already filtered and sorted: see codegen_flags()
+    hlo_size: int = 0  # bytes of the canonical text (readable summary only)
 
 
-def key_parts(inputs: KeyInputs) -> dict[str, list[tuple[str, bytes]]]:
-    """Each component's named parts, as hashed."""
+def key_parts(
+    inputs: KeyInputs, format_version: int | None = None
+) -> dict[str, list[tuple[str, bytes]]]:
+    """Each component's named parts, as hashed (`format_version`: FORMAT_VERSION unless given)."""
+    version = FORMAT_VERSION if format_version is None else format_version
     return {
-        "format": [("format", str(FORMAT_VERSION).encode())],
+        "format": [("format", str(version).encode())],
         "hlo": [("hlo", inputs.hlo)],
         "compile_options": [("compile_options", inputs.compile_options)],
         "jaxlib": [("jaxlib", inputs.jaxlib_version.encode())],
@@ -96,9 +106,9 @@ def _digest(parts: Iterable[tuple[str, bytes]]) -> str:
     return h.hexdigest()
 
 
-def component_digests(inputs: KeyInputs) -> dict[str, str]:
+def component_digests(inputs: KeyInputs, format_version: int | None = None) -> dict[str, str]:
     """The hex SHA-256 of each named component."""
-    return {name: _digest(parts) for name, parts in key_parts(inputs).items()}
+    return {name: _digest(parts) for name, parts in key_parts(inputs, format_version).items()}
 
 
 def key_from_components(components: Mapping[str, str]) -> str:
@@ -109,6 +119,25 @@ def key_from_components(components: Mapping[str, str]) -> str:
 def cache_key(inputs: KeyInputs) -> str:
     """The hex SHA-256 that names an entry."""
     return key_from_components(component_digests(inputs))
+
+
+def program_component(text: bytes) -> str:
+    """The ``hlo`` component digest of a program whose canonical text is `text` (what
+    checks an entry's stored program against its key)."""
+    return _digest([("hlo", hashlib.sha256(text).digest())])
+
+
+def legacy_components(inputs: KeyInputs) -> dict[str, str]:
+    """The components a format-2 entry of the same compilation recorded: `inputs.hlo` holds
+    the module's stripped bytecode, as format 2 digested it (see `cache`'s legacy lookup)."""
+    return component_digests(inputs, LEGACY_FORMAT)
+
+
+def components_key_of(components: Mapping[str, str]) -> str | None:
+    """The key `components` name, or None when one is missing (an entry that records none)."""
+    if not all(is_sha256_hex(components.get(name)) for name in COMPONENTS):
+        return None
+    return key_from_components(components)
 
 
 # The named parts of an alias key, in the order they are hashed; see alias_key.
@@ -146,7 +175,7 @@ def summarize(inputs: KeyInputs) -> dict[str, dict]:
     """What people can read of each component (a digest alone says only 'differs')."""
     return {
         "format": {"version": FORMAT_VERSION},
-        "hlo": {"bytes": len(inputs.hlo)},
+        "hlo": {"bytes": inputs.hlo_size or len(inputs.hlo)},
         "compile_options": {},
         "jaxlib": {"version": inputs.jaxlib_version},
         "platform": {"name": inputs.platform, "version": inputs.platform_version},
@@ -161,13 +190,18 @@ class Identity:
 
     The summary and the module text cost more than the key, so they are computed only
     when an entry is written or a miss explained (`details` and `module_text` supply
-    what the backend knows beyond KeyInputs, e.g. readable compile options).
+    what the backend knows beyond KeyInputs, e.g. readable compile options). `program`
+    gives the portable program an entry keeps (its canonical text, and a description of it
+    with the compile options' recipe) so `xlacache rewarm` can rebuild the executable.
     """
 
     inputs: KeyInputs
     label: str = ""
     details: Callable[[], Mapping[str, Mapping]] | None = None
     module_text: Callable[[], str] | None = None
+    program: Callable[[], tuple[bytes, dict]] | None = None
+    # The key and components entry format 2 gave this compilation (the legacy lookup).
+    legacy: Callable[[], tuple[str, dict[str, str]]] | None = None
     components: dict[str, str] = field(init=False)
     key: str = field(init=False)
 

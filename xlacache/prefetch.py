@@ -19,12 +19,15 @@ that fails is still reported to strict mode (`counters.hidden`): the request's o
 calls (`get`, its loader) are others. A request for a key being fetched or loaded waits
 for that (one read).
 
-`JobRecorder` writes a writer's used keys to its job's manifest (`stores/jobs.py`).
+What prefetch loads is only what this process can load: entries of this entry format and
+jaxlib (`prefetch_choice`, by the store's listing), and, when loading, only an entry whose
+header records this process's environment for its devices (`jax_bridge.load_entry`:
+platform, devices and topology, XLA flags too): another jaxlib's executable is never handed
+to XLA, whose loader can crash on one. Entries of another environment are skipped silently.
 """
 
 from __future__ import annotations
 
-import atexit
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -33,9 +36,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from xlacache import counters, entry
-from xlacache.errors import kind_of
-from xlacache.stores.base import EntryInfo, Store, lru_split
-from xlacache.stores.jobs import JobLog, new_run
+from xlacache.errors import ForeignEntryError, kind_of
+from xlacache.stores.base import EntryInfo, Store, current_jaxlib, lru_split
 from xlacache.stores.tiered import tiers
 
 if TYPE_CHECKING:
@@ -44,19 +46,31 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 DOWNLOADS = 8  # entries fetched from the shared store at once
-RECORD_EVERY = 2.0  # seconds between a writer's job manifest updates
 READY_POLL = 0.01
 PREFETCH_MAX_BYTES = 4 << 30  # payload bytes prefetch loads at most
 
 
 def prefetch_choice(
-    infos: Iterable[EntryInfo], limit: int, max_bytes: int = PREFETCH_MAX_BYTES
+    infos: Iterable[EntryInfo],
+    limit: int,
+    max_bytes: int = PREFETCH_MAX_BYTES,
+    jaxlib: str | None = None,
 ) -> list[EntryInfo]:
     """What prefetch loads from a store's listing (and `xlacache inspect --would-load`
-    shows): the `limit` most recently used executables (no alias entries), within
-    `max_bytes` of payload, in order of use (the oldest first): `stores.base.lru_split`."""
-    executables = [i for i in infos if not i.label.startswith(entry.ALIAS_LABEL_PREFIX)]
-    return lru_split(executables, max_bytes, limit, size=lambda i: i.payload_size)[1]
+    shows): the `limit` most recently used executables (no alias entries) that a process
+    of `jaxlib` (default: the installed one) can load (this entry format, that jaxlib),
+    within `max_bytes` of payload, in order of use (the oldest first): `stores.base.lru_split`."""
+    jaxlib = current_jaxlib() if jaxlib is None else jaxlib
+    loadable = [i for i in infos if _loadable(i, jaxlib)]
+    return lru_split(loadable, max_bytes, limit, size=lambda i: i.payload_size)[1]
+
+
+def _loadable(info: EntryInfo, jaxlib: str) -> bool:
+    """Whether the listing says a process of `jaxlib` may load the entry (an executable of
+    this entry format and that jaxlib; the header is checked again before loading)."""
+    if info.label.startswith(entry.ALIAS_LABEL_PREFIX):
+        return False
+    return info.format_version == entry.FORMAT_VERSION and info.jaxlib == jaxlib
 
 
 @dataclass(frozen=True)
@@ -218,6 +232,8 @@ class Prefetcher:
                 return Prefetched(fetched, None)
         try:
             return Prefetched(fetched, load_entry(fetched.found))
+        except ForeignEntryError:  # another environment's: skipped, silently
+            return None
         except Exception as exc:  # noqa: BLE001 - the request loads (and counts) it itself,
             counters.hidden("prefetch.load", exc)  # but with its own loader, not `load_entry`
             return Prefetched(fetched, None)
@@ -257,56 +273,3 @@ def _keep(local: Store, key: str, blob: bytes) -> None:
             local.put(key, blob)
     except Exception as exc:  # noqa: BLE001
         counters.record_error(kind_of(exc), exc)
-
-
-class JobRecorder:
-    """A writer's used keys, written to its job's manifest every RECORD_EVERY seconds (on
-    a daemon thread) and at exit; failures are counted, never raised."""
-
-    def __init__(self, jobs: JobLog, job: str) -> None:
-        self.jobs = jobs
-        self.job = job
-        self.run = new_run()
-        self._seen: set[str] = set()
-        self._pending: list[str] = []
-        self._cond = threading.Condition()
-        self._closed = False
-        self._thread = threading.Thread(target=self._loop, name="xlacache-job", daemon=True)
-        self._thread.start()
-        atexit.register(self.close)
-
-    def note(self, key: str) -> None:
-        with self._cond:
-            if key in self._seen or self._closed:
-                return
-            self._seen.add(key)
-            self._pending.append(key)
-            self._cond.notify()
-
-    @counters.background("job.record")
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._pending or self._closed)
-                if self._closed:
-                    return
-            time.sleep(RECORD_EVERY)  # gather what a step compiles into one write
-            self.flush()
-
-    def flush(self) -> None:
-        with self._cond:
-            keys, self._pending = self._pending, []
-        if not keys:
-            return
-        try:
-            self.jobs.record(self.job, self.run, keys)
-        except Exception as exc:  # noqa: BLE001
-            counters.record_error(kind_of(exc), exc)
-
-    def close(self) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            self._closed = True
-            self._cond.notify_all()
-        self.flush()

@@ -76,7 +76,8 @@ def inspect_(
     ENTRY: {"key": 64 hex digits, "label": str, "size": bytes,
       "payload_size": bytes, "compile_seconds": float, "created": unix time,
       "last_used": unix time, "hits": int, "format_version": int (0: not recorded),
-      "jaxlib": str ("": not recorded), "platform": str}
+      "jaxlib": str ("": not recorded), "platform": str,
+      "rewarmed_from": str (the jaxlib `xlacache rewarm` compiled it from; "": none)}
 
     --would-load lists what a worker whose cache this is loads ahead at start-up
     (prefetch: the most recently used executables, oldest use first); with --json
@@ -132,8 +133,10 @@ def stats(path: PathArg, as_json: JsonOpt = False, token: TokenOpt = None) -> No
     --json prints one object ("compile_seconds": total compile time of the entries):
       {"store": URL, "entries": int, "bytes": int, "payload_bytes": int,
       "compile_seconds": float, "hits": int,
-      "by_jaxlib": [{"jaxlib": VERSION, "entries": int, "bytes": int}, ...]}
-    (by_jaxlib: newest version first; "" for entries that do not record it.)
+      "by_jaxlib": [{"jaxlib": VERSION, "entries": int, "bytes": int, "rewarmed": int},
+      ...]}
+    (by_jaxlib: newest version first; "" for entries that do not record it; "rewarmed":
+    entries `xlacache rewarm` compiled from another jaxlib's.)
     """
     with open_cache(path, readonly=True, token=token) as store:
         summary = store.summary()
@@ -153,7 +156,8 @@ def stats(path: PathArg, as_json: JsonOpt = False, token: TokenOpt = None) -> No
     table.add_row("hits", str(summary.hits))
     for v in versions:
         name = f"jaxlib {v.jaxlib}" if v.jaxlib else "jaxlib not recorded"
-        table.add_row(name, f"{plural(v.entries, 'entry')}, {format_size(v.bytes)}")
+        rewarmed = f", {v.rewarmed} rewarmed" if v.rewarmed else ""
+        table.add_row(name, f"{plural(v.entries, 'entry')}, {format_size(v.bytes)}{rewarmed}")
     stdout().print(table)
 
 

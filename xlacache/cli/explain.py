@@ -105,7 +105,11 @@ def diff(
         if missing:
             raise BadInput(f"not in {url}: {', '.join(missing)}")
         old, new = (
-            explain.Side.of_header(h, lambda h=h: explain.stored_module_text(store, h))
+            explain.Side.of_header(
+                h,
+                lambda h=h: explain.stored_module_text(store, h),
+                lambda h=h: explain.stored_program_text(store, h),
+            )
             for h in headers
         )
         rows = explain.compare(old, new)

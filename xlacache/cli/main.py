@@ -2,7 +2,7 @@
 
 Each command group lives in its own module and registers itself on `app`:
 `commands` (inspect, stats, prune, verify, rm), `bundles` (export, import), `explain`
-(explain, diff), `trust` (sign, keygen) and `serve`. A new command goes in a module of
+(explain, diff), `trust` (sign, keygen), `rewarm` and `serve`. A new command goes in a module of
 its own with a `register(app)`, added here.
 """
 
@@ -15,7 +15,7 @@ import typer
 
 from xlacache import variables
 from xlacache._version import __version__
-from xlacache.cli import bundles, commands, explain, serve, trust
+from xlacache.cli import bundles, commands, explain, rewarm, serve, trust
 from xlacache.cli.common import OneLineGroup
 
 app = typer.Typer(
@@ -51,6 +51,7 @@ commands.register(app)
 bundles.register(app)
 explain.register(app)
 trust.register(app)
+rewarm.register(app)
 serve.register(app)
 
 

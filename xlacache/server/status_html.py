@@ -136,7 +136,9 @@ def _versions(versions: list[dict]) -> str:
     rows = "".join(
         f'<div data-jaxlib="{escape(v["jaxlib"])}" data-entries="{v["entries"]}">'
         f"jaxlib {escape(v['jaxlib'] or 'not recorded')}: {_num(v['entries'])} entries, "
-        f"{format_size(v['bytes'])}</div>"
+        f"{format_size(v['bytes'])}"
+        + (f", {_num(v['rewarmed'])} rewarmed" if v.get("rewarmed") else "")
+        + "</div>"
         for v in versions
     )
     return f'<div id="by-jaxlib">{rows}</div>'

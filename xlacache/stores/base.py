@@ -33,6 +33,7 @@ class EntryInfo:
     format_version: int = 0
     jaxlib: str = ""  # the jaxlib version that compiled it
     platform: str = ""
+    rewarmed_from: str = ""  # the jaxlib `xlacache rewarm` compiled it from ("": compiled live)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -130,14 +131,17 @@ class VersionSummary:
     jaxlib: str
     entries: int = 0
     bytes: int = 0
+    rewarmed: int = 0  # of them, compiled by `xlacache rewarm` from another jaxlib's entry
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def group_by_jaxlib(infos: Iterable[EntryInfo]) -> list[VersionSummary]:
-    """Entries and bytes per jaxlib version, newest first."""
-    return group_totals(VersionSummary(i.jaxlib, 1, i.size) for i in infos)
+    """Entries, bytes and rewarmed entries per jaxlib version, newest first."""
+    return group_totals(
+        VersionSummary(i.jaxlib, 1, i.size, int(bool(i.rewarmed_from))) for i in infos
+    )
 
 
 def group_totals(parts: Iterable[VersionSummary]) -> list[VersionSummary]:
@@ -147,6 +151,7 @@ def group_totals(parts: Iterable[VersionSummary]) -> list[VersionSummary]:
         group = groups.setdefault(part.jaxlib, VersionSummary(part.jaxlib))
         group.entries += part.entries
         group.bytes += part.bytes
+        group.rewarmed += part.rewarmed
     return [groups[v] for v in sorted(groups, key=_version_order, reverse=True)]
 
 

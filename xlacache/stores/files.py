@@ -50,6 +50,7 @@ def info_from_header(header: entry.Header, size: int) -> EntryInfo:
         format_version=header.format_version,
         jaxlib=header.jaxlib,
         platform=header.platform,
+        rewarmed_from=header.rewarmed_from,
     )
 
 

@@ -92,6 +92,7 @@ def entry_metadata(header: entry.Header) -> dict[str, str]:
         "label": header.label[:LABEL_LIMIT],
         "jaxlib": header.jaxlib,
         "platform": header.platform,
+        "rewarmed-from": header.rewarmed_from,
     }
 
 
@@ -117,6 +118,7 @@ def info_from_object(key: str, obj: ObjectInfo) -> EntryInfo:
         format_version=int(_number(meta, "format", 0)),
         jaxlib=str(meta.get("jaxlib", "")),
         platform=str(meta.get("platform", "")),
+        rewarmed_from=str(meta.get("rewarmed-from", "")),
     )
 
 

@@ -348,12 +348,13 @@ class Index:
                 )  # fmt: skip
 
     def by_jaxlib(self) -> list[VersionSummary]:
-        """Entries and bytes per jaxlib version (one GROUP BY)."""
+        """Entries, bytes and rewarmed entries per jaxlib version (one GROUP BY)."""
         with self._use() as db:
             rows = db.execute(
-                "SELECT jaxlib, count(*), total(size) FROM entries GROUP BY jaxlib"
+                "SELECT jaxlib, count(*), total(size), total(rewarmed_from != '')"
+                " FROM entries GROUP BY jaxlib"
             ).fetchall()
-        return group_totals(VersionSummary(v, n, int(b)) for v, n, b in rows)
+        return group_totals(VersionSummary(v, n, int(b), int(r)) for v, n, b, r in rows)
 
     # -- hits --------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ starts afresh: the index is derived data, rebuilt from entry headers.
 The tables (docs/index.md says how to query them read-only):
 
 - `entries`: a row per entry file (key, sizes, times, hits, label, and what decides
-  whether a process can load it: entry format, jaxlib version, platform).
+  whether a process can load it: entry format, jaxlib version, platform; and the jaxlib
+  `xlacache rewarm` compiled it from).
 - `totals`: one row of sums the triggers keep, so `stats` never sums `entries`.
 """
 
@@ -24,7 +25,7 @@ from xlacache.stores.base import LRU_ORDER
 if TYPE_CHECKING:  # imported when a schema is created or migrated: it costs 0.2 s
     import sqlite_utils
 
-VERSION = 3  # PRAGMA user_version
+VERSION = 4  # PRAGMA user_version
 
 # Column -> type, in table order; `key` is the primary key. Every column is NOT NULL.
 ENTRY_COLUMNS: dict[str, type] = {
@@ -39,6 +40,7 @@ ENTRY_COLUMNS: dict[str, type] = {
     "format_version": int,  # entry format (0: not known)
     "jaxlib": str,  # jaxlib version that wrote it ("": not known)
     "platform": str,  # platform name ("cpu", "cuda", ...; "": not known)
+    "rewarmed_from": str,  # the jaxlib `xlacache rewarm` compiled it from ("": compiled live)
 }
 TOTAL_COLUMNS: dict[str, type] = {
     "id": int,
@@ -89,7 +91,7 @@ PRUNE_NO_SIZE = f"SELECT {_COLUMNS} FROM entries WHERE {GONE}"  # no running sum
 
 def create(db: sqlite_utils.Database) -> None:
     """The current schema in an empty database (in the caller's transaction)."""
-    defaults = {"format_version": 0, "jaxlib": "", "platform": ""}
+    defaults = {"format_version": 0, "jaxlib": "", "platform": "", "rewarmed_from": ""}
     entries = db.create_table(
         "entries", ENTRY_COLUMNS, pk="key", not_null=set(ENTRY_COLUMNS),
         defaults=defaults, strict=True,
@@ -111,8 +113,13 @@ def _v2_to_v3(db: sqlite_utils.Database) -> None:
     entries.add_column("platform", str, not_null_default="")
 
 
+def _v3_to_v4(db: sqlite_utils.Database) -> None:
+    """Version 3 (before issue 23) did not record rewarmed entries; none existed then."""
+    db["entries"].add_column("rewarmed_from", str, not_null_default="")
+
+
 # Version -> the step from the version before it.
-MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {3: _v2_to_v3}
+MIGRATIONS: dict[int, Callable[[sqlite_utils.Database], None]] = {3: _v2_to_v3, 4: _v3_to_v4}
 OLDEST = min(MIGRATIONS) - 1  # the earliest version that migrates rather than rebuilds
 
 

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EntryInfo(_message.Message):
-    __slots__ = ("key", "size", "payload_size", "created", "last_used", "hits", "compile_seconds", "label", "format_version", "jaxlib", "platform")
+    __slots__ = ("key", "size", "payload_size", "created", "last_used", "hits", "compile_seconds", "label", "format_version", "jaxlib", "platform", "rewarmed_from")
     KEY_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class EntryInfo(_message.Message):
     FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
     JAXLIB_FIELD_NUMBER: _ClassVar[int]
     PLATFORM_FIELD_NUMBER: _ClassVar[int]
+    REWARMED_FROM_FIELD_NUMBER: _ClassVar[int]
     key: str
     size: int
     payload_size: int
@@ -31,7 +32,8 @@ class EntryInfo(_message.Message):
     format_version: int
     jaxlib: str
     platform: str
-    def __init__(self, key: _Optional[str] = ..., size: _Optional[int] = ..., payload_size: _Optional[int] = ..., created: _Optional[float] = ..., last_used: _Optional[float] = ..., hits: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., label: _Optional[str] = ..., format_version: _Optional[int] = ..., jaxlib: _Optional[str] = ..., platform: _Optional[str] = ...) -> None: ...
+    rewarmed_from: str
+    def __init__(self, key: _Optional[str] = ..., size: _Optional[int] = ..., payload_size: _Optional[int] = ..., created: _Optional[float] = ..., last_used: _Optional[float] = ..., hits: _Optional[int] = ..., compile_seconds: _Optional[float] = ..., label: _Optional[str] = ..., format_version: _Optional[int] = ..., jaxlib: _Optional[str] = ..., platform: _Optional[str] = ..., rewarmed_from: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("key", "peek")
@@ -175,14 +177,16 @@ class StatsResponse(_message.Message):
     def __init__(self, summary: _Optional[_Union[StoreSummary, _Mapping]] = ..., max_size: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., uptime_seconds: _Optional[float] = ..., counters: _Optional[_Mapping[str, float]] = ..., by_jaxlib: _Optional[_Iterable[_Union[VersionSummary, _Mapping]]] = ...) -> None: ...
 
 class VersionSummary(_message.Message):
-    __slots__ = ("jaxlib", "entries", "bytes")
+    __slots__ = ("jaxlib", "entries", "bytes", "rewarmed")
     JAXLIB_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
+    REWARMED_FIELD_NUMBER: _ClassVar[int]
     jaxlib: str
     entries: int
     bytes: int
-    def __init__(self, jaxlib: _Optional[str] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+    rewarmed: int
+    def __init__(self, jaxlib: _Optional[str] = ..., entries: _Optional[int] = ..., bytes: _Optional[int] = ..., rewarmed: _Optional[int] = ...) -> None: ...
 
 class PruneRequest(_message.Message):
     __slots__ = ("max_size", "older_than_seconds", "unused_for_seconds", "dry_run", "stale_for_jaxlib")
