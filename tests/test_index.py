@@ -138,6 +138,7 @@ def test_every_lru_choice_is_the_one_selector(tmp_path):
     by one LRU order (ties by key) and one cut: `lru_split`."""
     import random
 
+    from xlacache.entry import FORMAT_VERSION
     from xlacache.prefetch import prefetch_choice
     from xlacache.stores.base import PrunePolicy, lru_split
 
@@ -154,8 +155,9 @@ def test_every_lru_choice_is_the_one_selector(tmp_path):
         by_sql = ix.select(PrunePolicy(max_size=cap), now=1e9)
         assert [i.key for i in by_sql] == [i.key for i in older]
         assert PrunePolicy(max_size=cap).select(infos, now=1e9) == older
-    payload = [EntryInfo(**{**i.to_dict(), "payload_size": i.size}) for i in infos]
-    assert prefetch_choice(payload, 7, 3_000) == lru_split(payload, 3_000, 7)[1]
+    loadable = {"format_version": FORMAT_VERSION, "jaxlib": "0.10.2"}  # prefetch's other filter
+    payload = [EntryInfo(**{**i.to_dict(), "payload_size": i.size, **loadable}) for i in infos]
+    assert prefetch_choice(payload, 7, 3_000, jaxlib="0.10.2") == lru_split(payload, 3_000, 7)[1]
     newest = _info(99, size=0, last_used=1e9)
     evicted = ix.add(newest, Limits(max_size=total - 2000, cull_limit=60))
     assert [i.key for i in evicted] == [i.key for i in lru_split(infos, total - 2000)[0]]
