@@ -51,11 +51,13 @@ for _ops, _fn in [
     ((aten.special_ndtri.default, prims.ndtri.default), jss.ndtri),
     ((aten.special_ndtr.default,), jss.ndtr),
     ((aten.special_log_ndtr.default,), jss.log_ndtr),
-    ((aten.special_erfcx.default, prims.erfcx.default), jss.erfcx),
+    # jax.scipy.special.erfcx came in jax 0.10.1: before, these ops take the fallback path
+    ((aten.special_erfcx.default, prims.erfcx.default), getattr(jss, "erfcx", None)),
     ((aten.special_entr.default,), jss.entr),
     ((aten.special_spherical_bessel_j0.default, prims.spherical_bessel_j0.default), _spherical_j0),
 ]:
-    reg(*_ops)(_unary(_fn))
+    if _fn is not None:
+        reg(*_ops)(_unary(_fn))
 
 
 def _trigamma(x: Any) -> Any:
