@@ -1,14 +1,18 @@
-"""One AOTAutograd graph as one cached executable, called on the inputs' device arrays.
+"""One AOTAutograd graph as cached executables, called on the inputs' device arrays.
 
-``CompiledGraph`` is what the backend gives AOTAutograd for a forward or backward graph it
-can lower (``lower.unsupported`` is None). A call takes the lazy tensors' device arrays
-(pending values are computed first, by the lazy executor), picks the executable for their
-shapes, dtypes and placements (in memory; else through an alias entry of the persistent
-cache, as the lazy executor does, keyed by the graph's code, its constants, those input
-avals and the lowering code's fingerprint; else lowered and compiled, then aliased), runs it
-and wraps its results as lazy tensors holding device data: no per-op tracing. ``LazyGraph``
-runs a graph op by op on lazy tensors instead (lazy tracing): graphs that cannot be lowered,
-and any graph whose lowering failed.
+``CompiledGraph`` is what the backend gives AOTAutograd for a forward, backward or inference
+graph it can lower (``lower.plan(gm).reason`` is None). A call takes the lazy tensors' device
+arrays (pending values are computed first, by the lazy executor) and the 0-d CPU tensors'
+values (packed per dtype), picks the executable for the binding of the graph's symbolic sizes
+(one for a static graph: Dynamo's guards fix its shapes and dtypes), runs it, gives the
+updated inputs their new values in place (their buffers donated where nothing else holds
+them) and wraps the results as lazy tensors holding device data: no per-op tracing. The
+executable comes from memory, else through an alias entry of the persistent cache (keyed by
+the graph's code, its constants, the input shapes and dtypes, the int inputs and the lowering
+code's fingerprint), else it is lowered, compiled and aliased.
+
+``LazyGraph`` runs a graph op by op on lazy tensors instead (lazy tracing): graphs that cannot
+be lowered, and any graph whose lowering failed (announced once, with the reason).
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +34,33 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx import GraphModule
 
-from xlacache import executables
+from xlacache import counters, executables
 
 from .. import metrics
 from ..executor import materialize
 from ..graph import DATA, data_node
 from ..identity import lowering_fingerprint
 from ..lowering import jax_dtype, x64
-from ..record import value
-from ..tensor import LazyTensor
+from ..record import assign
+from ..state import STATE
+from ..tensor import LOCK, LazyTensor
 from . import lower
 
-FORMAT = 1  # versions the graph key below
-REASONS: list[str] = []  # why graphs run lazily (fallbacks), newest last, bounded
+FORMAT = 2  # versions the graph key below
 _MAX_REASONS = 100
+_REASONS: list[str] = STATE.dynamo_reasons
+_refcount = sys.getrefcount
+_increment_version = torch._C._increment_version
 
 
-def note_fallback(reason: str) -> None:
+def note_fallback(reason: str, warn: bool = False) -> None:
+    """Count a graph that runs lazily and keep why (``report()``); ``warn``: say it once."""
     metrics.counter_inc("CompiledGraphFallback")
-    REASONS.append(reason)
-    del REASONS[:-_MAX_REASONS]
+    _REASONS.append(reason)
+    del _REASONS[:-_MAX_REASONS]
+    if warn and reason not in STATE.dynamo_warned:
+        STATE.dynamo_warned.add(reason)
+        warnings.warn(f"xlacache.lazy.dynamo: a graph runs lazily: {reason}", stacklevel=3)
 
 
 @functools.cache
@@ -64,14 +77,26 @@ def _unboxed(args: tuple) -> Any:
     return args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
 
 
+def _holders(c: Any) -> int:
+    """How many cells hold the value tuple of the cell ``c`` as their own: 1 for a tensor with
+    no root, 2 for a plain alias of its root (same value, no view op between), 0 for a view."""
+    r = c._root
+    if r is None:
+        return 1
+    if c._chain or c._rgen != r._gen or r._v is not c._v:
+        return 0
+    return 2
+
+
 class LazyGraph:
     """Runs ``gm`` op by op on lazy tensors (boxed calling convention)."""
 
     _boxed_call = True
 
-    def __init__(self, gm: GraphModule, reason: str) -> None:
+    def __init__(self, gm: GraphModule, reason: str, warn: bool = False) -> None:
         self.gm = gm
-        note_fallback(reason)
+        self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy it (wraps)
+        note_fallback(reason, warn)
 
     def __call__(self, *args: Any) -> Any:
         args = _unboxed(args)
@@ -79,32 +104,47 @@ class LazyGraph:
         return self.gm(*args)
 
 
-def _mixed(i: int, x: Any) -> RuntimeError:
+def _mixed(i: int, x: Any, want: str) -> RuntimeError:
     what = f"{x.device} tensor of shape {list(x.shape)}" if isinstance(x, torch.Tensor) else x
     return RuntimeError(
-        f"xlacache.lazy.dynamo: input {i} of a compiled graph is a {what}, not an xla tensor; "
+        f"xlacache.lazy.dynamo: input {i} of a compiled graph is a {what}, not {want}; "
         "move it with .to(xl.device())"
     )
 
 
+@dataclass
+class _Program:
+    """One binding's executable and what its results are."""
+
+    run: Callable[..., Any]  # donating the updated inputs' buffers
+    plain: Callable[..., Any] | None  # donating nothing (built when first needed)
+    fn: Callable[..., list]  # the JAX function (to build ``plain``)
+    avals: list  # its arguments' shapes and dtypes
+    metas: list[torch.Tensor]  # the device outputs' shapes and dtypes
+    update_dtypes: list[torch.dtype]
+    digest: bytes
+    signature: dict
+
+
 class CompiledGraph:
-    """A lowerable AOTAutograd graph: executables by input avals (boxed calling convention)."""
+    """A lowerable AOTAutograd graph: executables by size binding (boxed calling convention)."""
 
     _boxed_call = True
 
-    def __init__(self, gm: GraphModule, what: str) -> None:
+    def __init__(self, gm: GraphModule, what: str, plan: lower.Plan) -> None:
         with unset_fake_temporarily():  # AOTAutograd compiles under its fake mode
-            self._init(gm, what)
+            self._init(gm, what, plan)
 
-    def _init(self, gm: GraphModule, what: str) -> None:
+    def _init(self, gm: GraphModule, what: str, plan: lower.Plan) -> None:
+        self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy it (wraps)
         self.gm = gm
         self.what = what
-        self.fn, self.where = lower.build(gm)
-        outs = gm.graph.output_node().args[0]
-        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-        vals = [o.meta["val"] for o in outs if o is not None and o.op != "placeholder"]
-        self.metas = [torch.empty(tuple(v.shape), dtype=v.dtype, device="meta") for v in vals]
-        self.out_sig = [[list(v.shape), np.dtype(jax_dtype(v.dtype)).name] for v in vals]
+        self.plan = plan
+        self.dev = plan.device_inputs
+        self.host_inputs = [i for i, k in enumerate(plan.kinds) if k != lower.DEVICE]
+        self.ints = plan.int_inputs
+        self.static = not plan.symbolic and not self.ints
+        self.donated = tuple(self.dev.index(i) for i in plan.device_updates)
         h = hashlib.blake2b(f"xlacache.lazy.dynamo/{FORMAT}\n".encode(), digest_size=16)
         h.update(gm.code.encode())
         for n in gm.graph.nodes:
@@ -113,67 +153,183 @@ class CompiledGraph:
                 h.update(f"{n.target} {c.dtype} {list(c.shape)}\n".encode())
                 h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
         self.code_digest = h.digest()
-        self.executables: dict[tuple, Any] = {}
+        self.programs: dict[tuple, _Program] = {}
         self.fallback: LazyGraph | None = None
 
     def __call__(self, *args: Any) -> list:
         args = _unboxed(args)
         if self.fallback is not None:
             return self.fallback(*args)
-        arrays = self._arrays(args)
-        spec = tuple((a.shape, a.dtype, a.sharding) for a in arrays)
-        exe = self.executables.get(spec)
-        if exe is None:
-            try:
-                exe = self._compile(arrays)
-            except Exception as e:  # noqa: BLE001 - never a wrong number: run it lazily
-                self.fallback = LazyGraph(self.gm, f"{self.what}: {e}")
-                warnings.warn(
-                    f"xlacache.lazy.dynamo: a {self.what} graph runs lazily: {e}", stacklevel=2
-                )
-                return self.fallback(*args)
-            self.executables[spec] = exe
-        t0 = time.perf_counter_ns()
-        with x64():
-            results = exe(*arrays)
-        metrics.metric_add("CompiledGraphExecuteTime", time.perf_counter_ns() - t0)
-        metrics.counter_inc("CompiledGraphExecute")
+        with LOCK:
+            arrays = self._arrays(args)
+            packed = self._packed(args)
+            key: tuple = () if self.static else self._key(args)
+            if STATE.spmd:
+                key += tuple(a.sharding for a in arrays)
+            prog = self.programs.get(key)
+            if prog is None:
+                try:
+                    prog = self._program(args, arrays, packed)
+                except Exception as e:  # noqa: BLE001 - never a wrong number: run it lazily
+                    counters.hidden("dynamo.lowering", e)
+                    self.fallback = LazyGraph(self.gm, f"{self.what}: {e}", warn=True)
+                    return self.fallback(*args)
+                self.programs[key] = prog
+            p = self.plan
+            host = p.host(*[args[i] for i in self.host_inputs]) if p.host is not None else ()
+            run = prog.run if self._exclusive(args, arrays) else self._plain(prog)
+            t0 = time.perf_counter_ns()
+            with x64():
+                results = run(*arrays, *packed)
+            metrics.metric_add("CompiledGraphExecuteTime", time.perf_counter_ns() - t0)
+            metrics.counter_inc("CompiledGraphExecute")
+            out = self._outputs(args, results, host, prog)
+            self._update(args, results, host, prog)
+        return out
+
+    # -- inputs
+
+    def _arrays(self, args: list) -> list:
+        arrays = []
+        pending = []
+        for i in self.dev:
+            a = args[i]
+            c = getattr(a, "_c", None)
+            if c is None or not isinstance(a, LazyTensor):
+                raise _mixed(i, a, "an xla tensor")
+            r = c._root
+            n = c._v[0] if r is None or c._rgen == r._gen else None
+            if n is None or n.op is not DATA:
+                pending.append(a)
+            arrays.append(n)
+        if pending:
+            materialize(pending)
+            return [args[i]._c._v[0].data for i in self.dev]
+        return [n.data for n in arrays]
+
+    def _packed(self, args: list) -> list:
+        out = []
+        for dtype, members in self.plan.groups:
+            vals = [args[i] for i in members]
+            for i, v in zip(members, vals, strict=True):
+                if not isinstance(v, torch.Tensor) or v.device.type != "cpu" or v.dim():
+                    raise _mixed(i, v, "a 0-d CPU tensor")
+            stacked = torch.stack(vals) if len(vals) > 1 else vals[0].reshape(1)
+            out.append(stacked.to(dtype).numpy().astype(lower.packed_dtype(dtype), copy=True))
+        return out
+
+    def _key(self, args: list) -> tuple:
+        ints = tuple(int(args[i]) for i in self.ints)
+        shapes = tuple(tuple(args[i].shape) for i in self.dev if self.plan.symbolic)
+        return (ints, shapes)
+
+    def _exclusive(self, args: list, arrays: list) -> bool:
+        """Does nothing but the updated inputs themselves hold their values (their buffers can
+        be donated)? Counted references: the value tuple's holders (the tensor's cell, and its
+        root's for an alias such as a parameter), the node and its array, and the names here
+        and in ``arrays``; anything more (another tensor, a pending node, a second input)
+        keeps the buffer."""
+        for i in self.plan.device_updates:
+            c = args[i]._c
+            holders = _holders(c)
+            v = c._v
+            n = v[0]
+            if not holders or _refcount(v) > holders + 2:
+                return False
+            if _refcount(n) > 3 or _refcount(n.data) > 3:
+                return False
+        return True
+
+    # -- results
+
+    def _outputs(self, args: list, results: list, host: tuple, prog: _Program) -> list:
         out: list[Any] = []
-        for w in self.where:
+        for w in self.plan.outputs:
             if w is None:
                 out.append(None)
             elif w[0] == "in":
                 out.append(args[w[1]])
+            elif w[0] == "host":
+                out.append(host[w[1]])
             else:
-                meta = self.metas[w[1]]
+                meta = prog.metas[w[1]]
                 out.append(LazyTensor(meta, (data_node(results[w[1]], meta.dtype), 0)))
         return out
 
-    def _arrays(self, args: list) -> list:
-        pending = []
-        for i, a in enumerate(args):
-            if not isinstance(a, LazyTensor):
-                raise _mixed(i, a)
-            if value(a)[0].op is not DATA:
-                pending.append(a)
-        if pending:
-            materialize(pending)
-        return [value(a)[0].data for a in args]
+    def _update(self, args: list, results: list, host: tuple, prog: _Program) -> None:
+        p = self.plan
+        first = p.n_device_outputs
+        updated = []
+        for j, i in enumerate(p.device_updates):
+            t = args[i]
+            v = (data_node(results[first + j], prog.update_dtypes[j]), 0)
+            c = t._c
+            r = c._root
+            if r is None:
+                c._v = v
+                c._gen += 1
+            elif _holders(c):  # an alias of its root (a parameter): the root's value too
+                r._v = c._v = v
+                r._gen += 1
+                c._rgen = r._gen
+            else:  # a view: written through to its base
+                assign(t, LazyTensor(c._meta, v))
+            updated.append(t)
+        first = p.n_host_outputs
+        for j, i in enumerate(p.host_updates):
+            args[i].copy_(host[first + j])
+        if updated:
+            _increment_version(updated)  # as an in-place op would: autograd checks saved values
 
-    def _signature(self, arrays: list) -> dict[str, list]:
-        inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in arrays]
-        return {"inputs": inputs, "outputs": self.out_sig, "donated": []}
+    # -- compiling
 
-    def _compile(self, arrays: list) -> Callable[..., Any]:
+    def _program(self, args: list, arrays: list, packed: list) -> _Program:
         for a in arrays:
             if len(a.sharding.device_set) != 1:
                 raise NotImplementedError("inputs placed on several devices (SPMD)")
+        p = self.plan
+        bind = lower.binding(p, args)
+        if bind is None:
+            raise NotImplementedError("an input size is an expression of others")
+        ints = {i: int(args[i]) for i in self.ints}
+        fn = lower.build(p, bind, ints)
+        vals = [r.meta["val"] for r in p.device_results[: p.n_device_outputs]]
+        metas = [torch.empty(lower.aval(v, bind)[0], dtype=v.dtype, device="meta") for v in vals]
+        update_dtypes = [p.placeholders[i].meta["val"].dtype for i in p.device_updates]
         h = hashlib.blake2b(self.code_digest, digest_size=16)
-        for a in arrays:
+        for a in (*arrays, *packed):
             h.update(f"{tuple(a.shape)} {np.dtype(a.dtype).name};".encode())
-        signature = self._signature(arrays)
+        h.update(f"ints {sorted(ints.items())};donated {self.donated}".encode())
+        outs = [[list(m.shape), np.dtype(jax_dtype(m.dtype)).name] for m in metas]
+        outs += [
+            [list(arrays[self.dev.index(i)].shape), np.dtype(jax_dtype(d)).name]
+            for i, d in zip(p.device_updates, update_dtypes, strict=True)
+        ]
+        inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in (*arrays, *packed)]
+        signature = {"inputs": inputs, "outputs": outs, "donated": list(self.donated)}
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (*arrays, *packed)]
+        run = self._compile(fn, h.digest(), signature, avals, self.donated)
+        plain = None if self.donated else run
+        return _Program(run, plain, fn, avals, metas, update_dtypes, h.digest(), signature)
+
+    def _plain(self, prog: _Program) -> Callable[..., Any]:
+        """The program without donation (an updated input's buffer is held elsewhere)."""
+        if prog.plain is None:
+            digest = hashlib.blake2b(prog.digest + b"plain", digest_size=16).digest()
+            sig = {**prog.signature, "donated": []}
+            prog.plain = self._compile(prog.fn, digest, sig, prog.avals, ())
+        return prog.plain
+
+    def _compile(
+        self,
+        fn: Callable[..., Any],
+        digest: bytes,
+        signature: dict,
+        avals: list,
+        donated: tuple[int, ...],
+    ) -> Callable[..., Any]:
         t0 = time.perf_counter_ns()
-        alias = executables.alias_key(h.digest(), fingerprint())
+        alias = executables.alias_key(digest, fingerprint())
         if alias is not None:
             program = executables.load(alias, signature)
             if program is not None:
@@ -185,7 +341,8 @@ class CompiledGraph:
         try:
             with warnings.catch_warnings(), x64():
                 warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
-                lowered = jax.jit(self.fn, keep_unused=True).lower(*arrays)
+                jitted = jax.jit(fn, donate_argnums=donated, keep_unused=True)
+                lowered = jitted.lower(*avals)
                 metrics.counter_inc("CompiledGraphLowering")
                 with executables.capture() as compiled_here:
                     compiled = lowered.compile()
