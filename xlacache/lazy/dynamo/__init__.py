@@ -29,6 +29,7 @@ def report() -> dict[str, Any]:
         "CompiledGraphLowering",
         "CompiledGraphCompile",
         "CompiledGraphAliasHit",
+        "CompiledGraphAotHit",
         "CompiledGraphExecute",
         "CompiledGraphLazyRun",
     )

@@ -16,20 +16,20 @@ compiled program takes (and updates) their device buffers.
 from __future__ import annotations
 
 import functools
-import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
 from torch.fx import Graph, GraphModule
 
 from .. import metrics
 from ..lowering import LOWERINGS
 from ..state import STATE
 from ..tensor import LazyTensor
-from . import lower
+from . import aot_cache, lower
 from .program import CompiledGraph, LazyGraph, note_fallback
 
 aten = torch.ops.aten
@@ -74,16 +74,25 @@ def _mutates_inputs() -> bool:
     return any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
 
 
-def _compiler(what: str, seen: dict) -> Any:
+def runtime_for(gm: GraphModule, what: str) -> CompiledGraph | LazyGraph:
+    """What runs an AOTAutograd graph: compiled if it lowers, else lazily (announced)."""
+    plan = lower.plan(gm)
+    if plan.reason is not None:
+        return LazyGraph(gm, f"{what}: {plan.reason}", warn=True)
+    metrics.counter_inc("CompiledGraph")
+    return CompiledGraph(gm, what, plan)
+
+
+def _compiler(what: str, seen: dict, serializable: bool) -> Any:
     def compile_graph(gm: GraphModule, example_inputs: list) -> Any:
         if what != "backward":
             seen["mutates"] = seen.get("mutates", False) or _mutates_inputs()
-        plan = lower.plan(gm)
-        if plan.reason is not None:
-            return LazyGraph(gm, f"{what}: {plan.reason}", warn=True)
-        metrics.counter_inc("CompiledGraph")
-        return CompiledGraph(gm, what, plan)
+        if serializable:
+            return aot_cache.XlaOutputCode(gm, what, runtime_for)
+        return runtime_for(gm, what)
 
+    if serializable:
+        return SerializableAOTDispatchCompiler(aot_cache.XlaOutputCode, compile_graph)
     return compile_graph
 
 
@@ -174,21 +183,18 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
         fakes.append(v)
     graph, attributes, fakes = lift_lazy_attributes(gm, fakes)
     seen: dict[str, bool] = {}
-    backend = aot_autograd(
-        fw_compiler=_compiler("forward", seen),
-        bw_compiler=_compiler("backward", seen),
-        inference_compiler=_compiler("inference", seen),
-        decompositions=decompositions(),
-        keep_inference_input_mutations=True,  # updates of inputs in the graph: in place
-    )
     # lazy tensors report contiguous strides: AOTAutograd expects contiguous tangents
     with (
-        warnings.catch_warnings(),
+        aot_cache.serving() as serializable,
         torch._functorch.config.patch(guess_tangent_strides_as_outputs=False),
     ):
-        # our graphs take their inputs boxed or not; AOTAutograd cannot see it through
-        # Dynamo's wrapper
-        warnings.filterwarnings("ignore", message="Your compiler for AOTAutograd is returning")
+        backend = aot_autograd(
+            fw_compiler=_compiler("forward", seen, serializable),
+            bw_compiler=_compiler("backward", seen, serializable),
+            inference_compiler=_compiler("inference", seen, serializable),
+            decompositions=decompositions(),
+            keep_inference_input_mutations=True,  # updates of inputs in the graph: in place
+        )
         compiled = backend(graph, fakes)
     if seen.get("mutates", True) and _aliased([*attributes, *example_inputs]):
         # Dynamo gives each lazy view as a tensor of its own: a graph that updates a tensor

@@ -330,8 +330,9 @@ def binding(p: Plan, args: list) -> dict[Any, int] | None:
 
 def concrete(s: Any, bind: dict[Any, int]) -> int:
     if isinstance(s, torch.SymInt):
-        value = s.node.expr.xreplace(bind)
-        if not value.is_Integer:
+        expr = s.node.expr
+        value = expr.xreplace(bind) if hasattr(expr, "xreplace") else expr
+        if not (isinstance(value, int) or value.is_Integer):
             raise NotImplementedError(f"size {s} is not fixed by the inputs' sizes")
         return int(value)
     return int(s)
