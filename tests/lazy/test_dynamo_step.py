@@ -263,3 +263,24 @@ def test_a_warm_process_gets_alias_hits_for_float32_and_float64_calls(tmp_path):
     x = torch.linspace(0.1, 1.3, 12).reshape(3, 4)
     want = [float((x.to(dt) * 3).sin().sum()) for dt in (torch.float32, torch.float64)]
     assert warm["values"] == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_the_docs_recipe_runs_as_written_and_compiles_every_graph(tmp_path):
+    from tests.docsutil import section_block
+
+    code = section_block("docs/compile.md", "Use", "python").text
+    code = code.replace("/tmp/xla-cache", str(tmp_path / "cache"))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=child_env({"PYTHONPATH": str(REPO), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "t")}),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines[:4]] == ["0", "1", "2", "3"]
+    assert lines[-1] == "0"  # no graph ran lazily
+    assert "runs lazily" not in out.stderr

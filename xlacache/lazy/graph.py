@@ -25,6 +25,7 @@ __all__ = [
     "Placeholder",
     "avals_code",
     "data_node",
+    "leaf_digest",
     "op_code",
     "placeholder",
     "rng_node",
@@ -100,12 +101,17 @@ RANDOM = (
 _LEAF_DIGEST: dict[tuple, bytes] = {}  # a leaf's digest depends on its kind and avals only
 
 
-def _leaf(op: str, avals: tuple, data: Any) -> Node:
+def leaf_digest(op: str, avals: tuple) -> bytes:
+    """The digest of a leaf of kind ``op`` (``DATA``, ``SCALAR``, ``RNG``) with ``avals``."""
     d = _LEAF_DIGEST.get((op, avals))
     if d is None:
         d = node_digest(node_prefix(op_code(op), "N", avals_code(avals)), ())
         _LEAF_DIGEST[(op, avals)] = d
-    return Node(op, (), None, avals, data=data, digest=d)
+    return d
+
+
+def _leaf(op: str, avals: tuple, data: Any) -> Node:
+    return Node(op, (), None, avals, data=data, digest=leaf_digest(op, avals))
 
 
 def data_node(array: Any, dtype: torch.dtype) -> Node:
@@ -114,10 +120,11 @@ def data_node(array: Any, dtype: torch.dtype) -> Node:
 
 
 _SCALAR_AVALS = (((), torch.float32),)
+_SCALAR_DIGEST = leaf_digest(SCALAR, _SCALAR_AVALS)
 
 
 def scalar_node(value: float) -> Node:
-    return _leaf(SCALAR, _SCALAR_AVALS, float(value))
+    return Node(SCALAR, (), None, _SCALAR_AVALS, data=float(value), digest=_SCALAR_DIGEST)
 
 
 def rng_node(key: Any) -> Node:

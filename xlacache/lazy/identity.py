@@ -52,12 +52,12 @@ class Placeholder:
         return self.i
 
 
-_PLACEHOLDERS = [Placeholder(i) for i in range(256)]
+PLACEHOLDERS = [Placeholder(i) for i in range(256)]  # shared: inputs 0-255
 
 
 def placeholder(i: int) -> Placeholder:
     """The (shared) placeholder for input ``i``."""
-    return _PLACEHOLDERS[i] if i < 256 else Placeholder(i)
+    return PLACEHOLDERS[i] if i < 256 else Placeholder(i)
 
 
 def _float(x: float) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
+from .identity import PLACEHOLDERS as _PLACEHOLDERS
 from .identity import encode, node_prefix
 from .lowering import LOWERINGS, STATIC_SCALAR_OPS
 from .state import STATE
@@ -157,8 +158,8 @@ _OPS: dict[int, _Op] = STATE.ops
 # shape inference results by (op, exact attribute encoding, input shapes and dtypes): torch's
 # meta kernels are Python and cost ~100-400 us an op; a training loop repeats the same ops.
 # Values: (op, output metas (contiguous; a tuple for multi-output ops, else one), avals,
-# node-digest prefix, the multi-output container type or None).
-_META_CACHE: dict[tuple[int, str, tuple], tuple[Any, Any, tuple, bytes, Any]] = STATE.meta_cache
+# node-digest prefix, the multi-output container type or None, whether the op is wide).
+_META_CACHE: dict[tuple[int, str, tuple], tuple] = STATE.meta_cache
 _META_CACHE_MAX = 200_000
 
 
@@ -237,6 +238,13 @@ _CPU_TENSORS_OK = {
 }
 
 
+def _all_ints(x: list | tuple) -> bool:
+    for e in x:
+        if type(e) is not int:
+            return False
+    return bool(x)
+
+
 def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
     return RuntimeError(
         f"Input tensor is not an XLA tensor: {x.type()} of shape {list(x.shape)} given to {func} "
@@ -288,7 +296,7 @@ def record(
             if j is None:
                 j = seen[v] = len(inputs)
                 inputs.append(v)
-            ph = placeholder(j)
+            ph = _PLACEHOLDERS[j] if j < 256 else placeholder(j)
             targs.append(ph)
             margs.append(c._meta)
             codes.append(ph.code)
@@ -305,6 +313,10 @@ def record(
             targs.append(ph)
             margs.append(a)
             codes.append(ph.code)
+        elif (ta is list or ta is tuple) and _all_ints(a):  # sizes, dims
+            targs.append(tuple(a))
+            margs.append(a)
+            codes.append("(" + ",".join([f"i{e}" for e in a]) + ")")
         else:
             if ctx is None:
                 ctx = _Ctx(func, inputs, seen)
@@ -317,12 +329,15 @@ def record(
             ctx = _Ctx(func, inputs, seen)
         snames = _NONE if static else op.snames
         tkw, mkw = {}, {}
-        for k, a in kwargs.items():
+        kcodes = []
+        for k in sorted(kwargs) if len(kwargs) > 1 else kwargs:
+            a = kwargs[k]
             t, m = _convert(a, ctx, k in snames)
             tkw[k] = t
             mkw[k] = m
-        kw = tuple(sorted(tkw.items()))
-        kcode = encode(kw)
+            kcodes.append(f"(s{len(k)}:{k},{t.code if type(t) is Placeholder else encode(t)})")
+        kw = tuple(tkw.items())
+        kcode = "(" + ",".join(kcodes) + ")"
     else:
         kw, mkw, kcode = (), kwargs, "()"
     attrs = (tuple(targs), kw)
@@ -331,9 +346,9 @@ def record(
     ck = (id(func), akey, tuple([n.avals[k] for n, k in inputs]))
     hit = _META_CACHE.get(ck)
     if hit is None or hit[0] is not func:
-        hit = _META_CACHE[ck] = _infer(func, margs, mkw, akey)
-    _, metas, avals, prefix, multi = hit
-    if (dyn or (ctx is not None and ctx.dyn)) and _wide(inputs, avals):
+        hit = _META_CACHE[ck] = _infer(func, margs, mkw, akey, ck[2])
+    _, metas, avals, prefix, multi, wide = hit
+    if wide and (dyn or (ctx is not None and ctx.dyn)):
         # float64 math: its Python floats stay exact constants
         return record(func, args, kwargs, as_view, into, static=True)
     node = Node(func, tuple(inputs), attrs, avals, func, None, prefix)
@@ -358,15 +373,12 @@ def record(
     return wrapped if multi is list else tuple(wrapped)
 
 
-def _wide(inputs: list[tuple[Node, int]], avals: tuple) -> bool:
-    """Does the op read or write float64/complex128 values?"""
-    return any(n.avals[i][1] in WIDE_DTYPES for n, i in inputs) or any(
-        a is not None and a[1] in WIDE_DTYPES for a in avals
-    )
-
-
-def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, Any, tuple, bytes, Any]:
-    """The ``_META_CACHE`` value of ``func`` on these inputs (runs the meta kernel)."""
+def _infer(
+    func: Any, margs: list, mkw: dict, akey: str, in_avals: tuple
+) -> tuple[Any, Any, tuple, bytes, Any, bool]:
+    """The ``_META_CACHE`` value of ``func`` on these inputs (``in_avals``; runs the meta
+    kernel): the op, its output metas, avals, node-digest prefix, multi-output container type
+    (or None), and whether it reads or writes float64/complex128 values."""
     try:
         mout = func(*margs, **mkw)
     except Exception as e:  # noqa: BLE001 - re-raised with the op's name
@@ -389,7 +401,8 @@ def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, Any, tupl
     if len(_META_CACHE) > _META_CACHE_MAX:
         _META_CACHE.clear()
     prefix = node_prefix(op_code(func), akey, avals_code(avals))
-    return func, metas[0] if multi is None else metas, avals, prefix, multi
+    wide = any(a is not None and a[1] in WIDE_DTYPES for a in (*in_avals, *avals))
+    return func, metas[0] if multi is None else metas, avals, prefix, multi, wide
 
 
 def _scalars_as_numbers(func: Any, margs: list) -> list | None:

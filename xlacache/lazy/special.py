@@ -59,6 +59,8 @@ def _copy_(args: tuple, kwargs: dict) -> Any:
         dst.copy_(to_cpu(src))
         return dst
     if not isinstance(src, LazyTensor):
+        if src.dtype == dst.dtype and src.shape == dst.shape:
+            untraced()  # a transfer (``.to(device)``): data in, nothing traced
         src = to_device(src)
     assign(dst, src)
     return dst

@@ -38,7 +38,7 @@ from xlacache import counters, executables
 
 from .. import metrics
 from ..executor import materialize
-from ..graph import DATA, data_node
+from ..graph import DATA, Node, leaf_digest
 from ..identity import lowering_fingerprint
 from ..lowering import jax_dtype, x64
 from ..record import assign
@@ -104,6 +104,10 @@ class LazyGraph:
         return self.gm(*args)
 
 
+def _host_scalar(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() == 0
+
+
 def _mixed(i: int, x: Any, want: str) -> RuntimeError:
     what = f"{x.device} tensor of shape {list(x.shape)}" if isinstance(x, torch.Tensor) else x
     return RuntimeError(
@@ -120,8 +124,8 @@ class _Program:
     plain: Callable[..., Any] | None  # donating nothing (built when first needed)
     fn: Callable[..., list]  # the JAX function (to build ``plain``)
     avals: list  # its arguments' shapes and dtypes
-    metas: list[torch.Tensor]  # the device outputs' shapes and dtypes
-    update_dtypes: list[torch.dtype]
+    outs: list[tuple[torch.Tensor, tuple, bytes]]  # per device output: meta, leaf avals, digest
+    updates: list[tuple[tuple, bytes]]  # per updated input: its leaf's avals and digest
     digest: bytes
     signature: dict
 
@@ -145,6 +149,7 @@ class CompiledGraph:
         self.ints = plan.int_inputs
         self.static = not plan.symbolic and not self.ints
         self.donated = tuple(self.dev.index(i) for i in plan.device_updates)
+        self.groups = [(lower.packed_dtype(d), members) for d, members in plan.groups]
         h = hashlib.blake2b(f"xlacache.lazy.dynamo/{FORMAT}\n".encode(), digest_size=16)
         h.update(gm.code.encode())
         for n in gm.graph.nodes:
@@ -208,14 +213,14 @@ class CompiledGraph:
         return [n.data for n in arrays]
 
     def _packed(self, args: list) -> list:
+        """The 0-d CPU tensors' values, one array per dtype (their values now: copies)."""
         out = []
-        for dtype, members in self.plan.groups:
-            vals = [args[i] for i in members]
-            for i, v in zip(members, vals, strict=True):
-                if not isinstance(v, torch.Tensor) or v.device.type != "cpu" or v.dim():
-                    raise _mixed(i, v, "a 0-d CPU tensor")
-            stacked = torch.stack(vals) if len(vals) > 1 else vals[0].reshape(1)
-            out.append(stacked.to(dtype).numpy().astype(lower.packed_dtype(dtype), copy=True))
+        for np_dtype, members in self.groups:
+            try:
+                out.append(np.array([args[i].item() for i in members], np_dtype))
+            except Exception as e:
+                bad = next(i for i in members if not _host_scalar(args[i]))
+                raise _mixed(bad, args[bad], "a 0-d CPU tensor") from e
         return out
 
     def _key(self, args: list) -> tuple:
@@ -244,16 +249,18 @@ class CompiledGraph:
 
     def _outputs(self, args: list, results: list, host: tuple, prog: _Program) -> list:
         out: list[Any] = []
+        outs = prog.outs
         for w in self.plan.outputs:
             if w is None:
                 out.append(None)
+            elif w[0] == "dev":
+                meta, avals, digest = outs[w[1]]
+                node = Node(DATA, (), None, avals, data=results[w[1]], digest=digest)
+                out.append(LazyTensor(meta, (node, 0)))
             elif w[0] == "in":
                 out.append(args[w[1]])
-            elif w[0] == "host":
-                out.append(host[w[1]])
             else:
-                meta = prog.metas[w[1]]
-                out.append(LazyTensor(meta, (data_node(results[w[1]], meta.dtype), 0)))
+                out.append(host[w[1]])
         return out
 
     def _update(self, args: list, results: list, host: tuple, prog: _Program) -> None:
@@ -262,7 +269,8 @@ class CompiledGraph:
         updated = []
         for j, i in enumerate(p.device_updates):
             t = args[i]
-            v = (data_node(results[first + j], prog.update_dtypes[j]), 0)
+            avals, digest = prog.updates[j]
+            v = (Node(DATA, (), None, avals, data=results[first + j], digest=digest), 0)
             c = t._c
             r = c._root
             if r is None:
@@ -296,21 +304,29 @@ class CompiledGraph:
         vals = [r.meta["val"] for r in p.device_results[: p.n_device_outputs]]
         metas = [torch.empty(lower.aval(v, bind)[0], dtype=v.dtype, device="meta") for v in vals]
         update_dtypes = [p.placeholders[i].meta["val"].dtype for i in p.device_updates]
+        outs = []
+        for m in metas:
+            leaf = ((tuple(m.shape), m.dtype),)
+            outs.append((m, leaf, leaf_digest(DATA, leaf)))
+        updates = []
+        for i, d in zip(p.device_updates, update_dtypes, strict=True):
+            leaf = ((tuple(arrays[self.dev.index(i)].shape), d),)
+            updates.append((leaf, leaf_digest(DATA, leaf)))
         h = hashlib.blake2b(self.code_digest, digest_size=16)
         for a in (*arrays, *packed):
             h.update(f"{tuple(a.shape)} {np.dtype(a.dtype).name};".encode())
         h.update(f"ints {sorted(ints.items())};donated {self.donated}".encode())
-        outs = [[list(m.shape), np.dtype(jax_dtype(m.dtype)).name] for m in metas]
-        outs += [
+        results = [[list(m.shape), np.dtype(jax_dtype(m.dtype)).name] for m in metas]
+        results += [
             [list(arrays[self.dev.index(i)].shape), np.dtype(jax_dtype(d)).name]
             for i, d in zip(p.device_updates, update_dtypes, strict=True)
         ]
         inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in (*arrays, *packed)]
-        signature = {"inputs": inputs, "outputs": outs, "donated": list(self.donated)}
+        signature = {"inputs": inputs, "outputs": results, "donated": list(self.donated)}
         avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (*arrays, *packed)]
         run = self._compile(fn, h.digest(), signature, avals, self.donated)
         plain = None if self.donated else run
-        return _Program(run, plain, fn, avals, metas, update_dtypes, h.digest(), signature)
+        return _Program(run, plain, fn, avals, outs, updates, h.digest(), signature)
 
     def _plain(self, prog: _Program) -> Callable[..., Any]:
         """The program without donation (an updated input's buffer is held elsewhere)."""
