@@ -346,7 +346,8 @@ def record(
     ck = (id(func), akey, tuple([n.avals[k] for n, k in inputs]))
     hit = _META_CACHE.get(ck)
     if hit is None or hit[0] is not func:
-        hit = _META_CACHE[ck] = _infer(func, margs, mkw, akey, ck[2])
+        inferred = _infer(func, margs, mkw, akey)
+        hit = _META_CACHE[ck] = (*inferred, _wide(ck[2], inferred[2]))
     _, metas, avals, prefix, multi, wide = hit
     if wide and (dyn or (ctx is not None and ctx.dyn)):
         # float64 math: its Python floats stay exact constants
@@ -373,12 +374,15 @@ def record(
     return wrapped if multi is list else tuple(wrapped)
 
 
-def _infer(
-    func: Any, margs: list, mkw: dict, akey: str, in_avals: tuple
-) -> tuple[Any, Any, tuple, bytes, Any, bool]:
-    """The ``_META_CACHE`` value of ``func`` on these inputs (``in_avals``; runs the meta
+def _wide(in_avals: tuple, avals: tuple) -> bool:
+    """Does the op read or write float64/complex128 values?"""
+    return any(a is not None and a[1] in WIDE_DTYPES for a in (*in_avals, *avals))
+
+
+def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, Any, tuple, bytes, Any]:
+    """The ``_META_CACHE`` value of ``func`` on these inputs but its last item (runs the meta
     kernel): the op, its output metas, avals, node-digest prefix, multi-output container type
-    (or None), and whether it reads or writes float64/complex128 values."""
+    (or None)."""
     try:
         mout = func(*margs, **mkw)
     except Exception as e:  # noqa: BLE001 - re-raised with the op's name
@@ -401,8 +405,7 @@ def _infer(
     if len(_META_CACHE) > _META_CACHE_MAX:
         _META_CACHE.clear()
     prefix = node_prefix(op_code(func), akey, avals_code(avals))
-    wide = any(a is not None and a[1] in WIDE_DTYPES for a in (*in_avals, *avals))
-    return func, metas[0] if multi is None else metas, avals, prefix, multi, wide
+    return func, metas[0] if multi is None else metas, avals, prefix, multi
 
 
 def _scalars_as_numbers(func: Any, margs: list) -> list | None:

@@ -38,7 +38,7 @@ from xlacache import counters, executables
 
 from .. import metrics
 from ..executor import materialize
-from ..graph import DATA, Node, leaf_digest
+from ..graph import DATA, Node, leaf_prefix
 from ..identity import lowering_fingerprint
 from ..lowering import jax_dtype, x64
 from ..record import assign
@@ -124,8 +124,8 @@ class _Program:
     plain: Callable[..., Any] | None  # donating nothing (built when first needed)
     fn: Callable[..., list]  # the JAX function (to build ``plain``)
     avals: list  # its arguments' shapes and dtypes
-    outs: list[tuple[torch.Tensor, tuple, bytes]]  # per device output: meta, leaf avals, digest
-    updates: list[tuple[tuple, bytes]]  # per updated input: its leaf's avals and digest
+    outs: list[tuple[torch.Tensor, tuple, bytes]]  # per device output: meta, leaf avals, prefix
+    updates: list[tuple[tuple, bytes]]  # per updated input: its leaf's avals and prefix
     digest: bytes
     signature: dict
 
@@ -254,8 +254,8 @@ class CompiledGraph:
             if w is None:
                 out.append(None)
             elif w[0] == "dev":
-                meta, avals, digest = outs[w[1]]
-                node = Node(DATA, (), None, avals, data=results[w[1]], digest=digest)
+                meta, avals, prefix = outs[w[1]]
+                node = Node(DATA, (), None, avals, data=results[w[1]], prefix=prefix)
                 out.append(LazyTensor(meta, (node, 0)))
             elif w[0] == "in":
                 out.append(args[w[1]])
@@ -269,8 +269,8 @@ class CompiledGraph:
         updated = []
         for j, i in enumerate(p.device_updates):
             t = args[i]
-            avals, digest = prog.updates[j]
-            v = (Node(DATA, (), None, avals, data=results[first + j], digest=digest), 0)
+            avals, prefix = prog.updates[j]
+            v = (Node(DATA, (), None, avals, data=results[first + j], prefix=prefix), 0)
             c = t._c
             r = c._root
             if r is None:
@@ -307,11 +307,11 @@ class CompiledGraph:
         outs = []
         for m in metas:
             leaf = ((tuple(m.shape), m.dtype),)
-            outs.append((m, leaf, leaf_digest(DATA, leaf)))
+            outs.append((m, leaf, leaf_prefix(DATA, leaf)))
         updates = []
         for i, d in zip(p.device_updates, update_dtypes, strict=True):
             leaf = ((tuple(arrays[self.dev.index(i)].shape), d),)
-            updates.append((leaf, leaf_digest(DATA, leaf)))
+            updates.append((leaf, leaf_prefix(DATA, leaf)))
         h = hashlib.blake2b(self.code_digest, digest_size=16)
         for a in (*arrays, *packed):
             h.update(f"{tuple(a.shape)} {np.dtype(a.dtype).name};".encode())
