@@ -1,5 +1,6 @@
 """Child process for test_dynamo_step: with the persistent cache in a directory, either a whole
-train step compiled (forward, backward, AdamW) for three steps (``step``), or one compiled
+train step compiled (forward, backward, AdamW) for three steps, then a function of two views
+of one tensor (``step``), or one compiled
 function called with float32 and float64 inputs (``dtypes``); prints the losses or results,
 the compile report and the cache's alias figures as JSON."""
 
@@ -31,12 +32,17 @@ def train_step() -> list[float]:
         opt.zero_grad()
         return loss
 
+    @torch.compile(backend="xlacache")
+    def pairs(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return (a * b).sum()  # two views of one tensor, nothing updated: compiled
+
     losses = []
     for i in range(3):
         x = torch.randn(8, 16, generator=torch.Generator().manual_seed(i)).to(dev)
         loss = step(x)
         xl.sync()
         losses.append(loss.item())
+    losses.append(pairs(x[:, :-1], x[:, 1:]).item())
     return losses
 
 

@@ -95,6 +95,7 @@ class RuntimeState:
     dynamo_reasons: list = field(default_factory=list)
     dynamo_warned: set = field(default_factory=set)
     dynamo_decompositions: dict = field(default_factory=dict)
+    dynamo_compiling: dict | None = None  # while the backend compiles: what its graphs do
     # spmd/: whether SPMD is in use (then graph keys cover placements), the global mesh
     spmd: bool = field(default=False, metadata=KEEP)
     global_mesh: Any = field(default=None, metadata=KEEP)

@@ -83,12 +83,12 @@ def runtime_for(gm: GraphModule, what: str) -> CompiledGraph | LazyGraph:
     return CompiledGraph(gm, what, plan)
 
 
-def _compiler(what: str, seen: dict, serializable: bool) -> Any:
+def _compiler(what: str, serializable: bool) -> Any:
     def compile_graph(gm: GraphModule, example_inputs: list) -> Any:
-        if what != "backward":
-            seen["mutates"] = seen.get("mutates", False) or _mutates_inputs()
+        mutates = what != "backward" and _mutates_inputs()
+        aot_cache.note_mutation(mutates)
         if serializable:
-            return aot_cache.XlaOutputCode(gm, what, runtime_for)
+            return aot_cache.XlaOutputCode(gm, what, runtime_for, mutates)
         return runtime_for(gm, what)
 
     if serializable:
@@ -182,21 +182,27 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
             return gm.forward
         fakes.append(v)
     graph, attributes, fakes = lift_lazy_attributes(gm, fakes)
-    seen: dict[str, bool] = {}
+    seen: dict[str, Any] = {}
     # lazy tensors report contiguous strides: AOTAutograd expects contiguous tangents
     with (
         aot_cache.serving() as serializable,
         torch._functorch.config.patch(guess_tangent_strides_as_outputs=False),
     ):
         backend = aot_autograd(
-            fw_compiler=_compiler("forward", seen, serializable),
-            bw_compiler=_compiler("backward", seen, serializable),
-            inference_compiler=_compiler("inference", seen, serializable),
+            fw_compiler=_compiler("forward", serializable),
+            bw_compiler=_compiler("backward", serializable),
+            inference_compiler=_compiler("inference", serializable),
             decompositions=decompositions(),
             keep_inference_input_mutations=True,  # updates of inputs in the graph: in place
         )
-        compiled = backend(graph, fakes)
-    if seen.get("mutates", True) and _aliased([*attributes, *example_inputs]):
+        STATE.dynamo_compiling = seen
+        try:
+            compiled = backend(graph, fakes)
+        finally:
+            STATE.dynamo_compiling = None
+    # nothing compiled (a graph AOTAutograd did not give us): assume it updates inputs
+    mutates = seen.get("mutates", False) if seen.get("graphs") else True
+    if mutates and _aliased([*attributes, *example_inputs]):
         # Dynamo gives each lazy view as a tensor of its own: a graph that updates a tensor
         # given with a view of it (or the view) would not see the update in the other; the
         # Dynamo graph runs lazily instead, where views are exact
