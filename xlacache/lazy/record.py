@@ -21,7 +21,7 @@ from .identity import PLACEHOLDERS as _PLACEHOLDERS
 from .identity import encode, node_prefix
 from .lowering import LOWERINGS, STATIC_SCALAR_OPS
 from .state import STATE
-from .tensor import Cell, LazyTensor, contiguous_meta, tracing_nested
+from .tensor import Cell, LazyTensor, contiguous_meta, new_lazy, tracing_nested
 from .transfer import to_device
 
 aten = torch.ops.aten
@@ -356,21 +356,29 @@ def record(
     if into is not None:
         c = into._c
         aval = avals[0]
-        if multi is None and c._root is None and aval[1] is into.dtype and into.shape == aval[0]:
-            c._v = (node, 0)  # the common case of ``assign``, without a tensor for the result
-            c._gen += 1
-        else:
-            first = metas if multi is None else metas[0]
-            assign(into, LazyTensor(first, (node, 0)))
+        if multi is None and aval[1] is into.dtype and into.shape == aval[0]:
+            # the common cases of ``assign``, without a tensor for the result
+            r = c._root
+            if r is None:
+                c._v = (node, 0)
+                c._gen += 1
+                return into
+            if not c._chain and c._rgen == r._gen:  # an alias of its root (a parameter)
+                r._v = c._v = (node, 0)
+                r._gen += 1
+                c._rgen = r._gen
+                return into
+        first = metas if multi is None else metas[0]
+        assign(into, LazyTensor(first, (node, 0)))
         return into
     if multi is None:
-        out = LazyTensor(metas, (node, 0))
+        out = new_lazy(metas, avals[0], (node, 0))
         if as_view and op.view and isinstance(args[0], LazyTensor):
             b = args[0]._c
             chain = (*b._chain, (func, tuple(args[1:]), kwargs))
             track_view(out, b._root if b._root is not None else b, chain)
         return out
-    wrapped = [None if m is None else LazyTensor(m, (node, k)) for k, m in enumerate(metas)]
+    wrapped = [None if m is None else new_lazy(m, avals[k], (node, k)) for k, m in enumerate(metas)]
     return wrapped if multi is list else tuple(wrapped)
 
 

@@ -212,6 +212,20 @@ class LazyTensor(torch.Tensor):
                 s.depth = 0
 
 
+_wrapper = torch.Tensor._make_wrapper_subclass
+
+
+def new_lazy(meta: torch.Tensor, aval: tuple, v: tuple[Node, int]) -> LazyTensor:
+    """``LazyTensor(meta, v)`` where ``aval`` is ``meta``'s ``(shape tuple, dtype)`` (the
+    recording hot path has it: no ``torch.Size`` made)."""
+    r = _wrapper(LazyTensor, aval[0], dtype=aval[1], device=DEVICE)
+    c = r._c = Cell(meta, v)
+    _REFS.append(_ref(c))
+    if len(_REFS) > STATE.refs_limit:
+        live_tensors()
+    return r
+
+
 class _NoAttribute:
     def __get__(self, obj: Any, owner: Any) -> Any:
         raise AttributeError("not a traceable wrapper subclass")

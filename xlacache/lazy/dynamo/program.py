@@ -43,7 +43,7 @@ from ..identity import lowering_fingerprint
 from ..lowering import jax_dtype, x64
 from ..record import assign
 from ..state import STATE
-from ..tensor import LOCK, LazyTensor
+from ..tensor import LOCK, LazyTensor, new_lazy
 from . import lower
 
 FORMAT = 2  # versions the graph key below
@@ -256,7 +256,7 @@ class CompiledGraph:
             elif w[0] == "dev":
                 meta, avals, prefix = outs[w[1]]
                 node = Node(DATA, (), None, avals, data=results[w[1]], prefix=prefix)
-                out.append(LazyTensor(meta, (node, 0)))
+                out.append(new_lazy(meta, avals[0], (node, 0)))
             elif w[0] == "in":
                 out.append(args[w[1]])
             else:
