@@ -36,6 +36,7 @@ from torch.fx import GraphModule
 from xlacache import api, counters, entry, executables
 
 from .. import metrics
+from ..state import STATE
 
 FORMAT = 1
 # the torch internals this module uses (each one a tripwire in tests/lazy/test_dynamo_cache.py)
@@ -58,6 +59,7 @@ class XlaOutputCode(OutputCode):
     gm: GraphModule | None
     what: str
     make: Callable[[GraphModule, str], Any]  # the graph -> what runs it (the backend's)
+    mutates: bool = True  # AOTAutograd said the graph updates an input
     runtime: Any = None
     graph_bytes: bytes | None = None
     _boxed_call: bool = field(default=True)
@@ -90,9 +92,19 @@ class XlaOutputCode(OutputCode):
         self.gm = GraphPickler.loads(self.graph_bytes, mode)  # type: ignore[arg-type]
         self.runtime = self.make(self.gm, self.what)
         metrics.counter_inc("CompiledGraphAotHit")
+        note_mutation(self.mutates)
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass
+
+
+def note_mutation(mutates: bool) -> None:
+    """Record, for the Dynamo graph being compiled, whether an AOTAutograd graph of it updates
+    an input (``mutates``; a graph loaded from AOTAutograd's cache says what it said)."""
+    seen = STATE.dynamo_compiling
+    if seen is not None:
+        seen["graphs"] = seen.get("graphs", 0) + 1
+        seen["mutates"] = seen.get("mutates", False) or mutates
 
 
 def _alias(key: str) -> str | None:

@@ -283,9 +283,9 @@ class CompiledGraph:
             else:  # a view: written through to its base
                 assign(t, LazyTensor(c._meta, v))
             updated.append(t)
-        first = p.n_host_outputs
-        for j, i in enumerate(p.host_updates):
-            args[i].copy_(host[first + j])
+        if p.host_updates:  # the CPU tensors (step counters) in one op
+            targets = [args[i] for i in p.host_updates]
+            torch._foreach_copy_(targets, list(host[p.n_host_outputs :]))
         if updated:
             _increment_version(updated)  # as an in-place op would: autograd checks saved values
 
