@@ -114,8 +114,14 @@ def test_compiled_train_step_equals_eager_and_traces_nothing_when_steady(how):
     assert (_count("CompiledGraphLazyRun"), _count("CompiledGraphFallback")) == before
 
 
+def _adam_capturable(params):
+    params = list(params)  # capturable: the step counters on the device (eager CPU: not allowed)
+    return torch.optim.Adam(params, lr=1e-2, capturable=params[0].device.type == "xla")
+
+
 OPTIMIZERS = {
     "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    "adam_capturable": _adam_capturable,
     "adam_foreach": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True),
     "adamw_tensor_lr": lambda p: torch.optim.AdamW(p, lr=torch.tensor(1e-2)),
 }
