@@ -4,8 +4,6 @@ processes (issue 25, issue 27 items 2-3, issue 26's Dynamo state and strict mode
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
 from collections.abc import Callable
 
@@ -14,25 +12,14 @@ import torch
 
 import xlacache.lazy as xl
 import xlacache.lazy.dynamo as xc
-from tests.conftest import REPO, child_env, run_module_json
+from tests.conftest import REPO, run_module_json, run_python
 from tests.lazy.models import MLP
+from tests.lazy.test_dynamo import _count, _fresh_dynamo  # noqa: F401 - its fixture too
 from xlacache.errors import StrictModeError
-from xlacache.lazy import metrics
 from xlacache.lazy.state import STATE
 
 DEV = xl.device()
 STEPS = 10
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-def _count(name: str) -> int:
-    return metrics.counter_value(name) or 0
 
 
 def _batch(step: int, n: int = 8) -> torch.Tensor:
@@ -59,28 +46,22 @@ def _run(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
         opt.step()
 
-    def whole(x: torch.Tensor) -> torch.Tensor:
-        loss = loss_of(x)
-        loss.backward()
-        update()
-        opt.zero_grad()
-        return loss
-
-    if how == "step":
-        step = torch.compile(whole, backend="xlacache")
-    elif how == "parts":
-        compiled_loss = torch.compile(loss_of, backend="xlacache")
-        compiled_update = torch.compile(update, backend="xlacache")
-
+    def step_of(loss_fn, update_fn):  # noqa: ANN001, ANN202
         def step(x: torch.Tensor) -> torch.Tensor:
-            loss = compiled_loss(x)
+            loss = loss_fn(x)
             loss.backward()
-            compiled_update()
+            update_fn()
             opt.zero_grad()
             return loss
 
-    else:
-        step = whole
+        return step
+
+    step = step_of(loss_of, update)
+    if how == "step":
+        step = torch.compile(step, backend="xlacache")
+    elif how == "parts":
+        compile_ = torch.compile
+        step = step_of(compile_(loss_of, backend="xlacache"), compile_(update, backend="xlacache"))
     losses, traced = [], []
     for i in range(STEPS):
         x = _batch(i).to(dev)
@@ -228,47 +209,41 @@ def test_dynamo_is_reachable_from_xlacache_lazy_without_importing_dynamo_at_impo
         "print(xlacache.lazy.dynamo.xlacache_backend.__name__, "
         "xlacache.lazy.dynamo.report()['CompiledGraph'])\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=child_env({"PYTHONPATH": str(REPO)}),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_python(code, env={"PYTHONPATH": str(REPO)}, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["xlacache_backend", "0"]
 
 
-def _child(mode: str, tmp_path, run: int) -> dict:
-    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"torch-{run}")}  # torch's own: fresh
-    return run_module_json("tests.lazy._dynamo_step_child", mode, str(tmp_path / "cache"), env=env)
+def _cold_then_warm(mode: str, tmp_path, programs: int) -> tuple[dict, dict]:
+    """Two fresh processes on one cache directory (torch's own directory fresh each time): the
+    first lowers ``programs`` programs, the second loads each through its alias entry."""
+    runs = []
+    for run in (1, 2):
+        env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"torch-{run}")}
+        cache = str(tmp_path / "cache")
+        runs.append(run_module_json("tests.lazy._dynamo_step_child", mode, cache, env=env))
+    cold, warm = runs
+    assert cold["report"]["CompiledGraphLowering"] == programs
+    assert warm["report"]["CompiledGraphLowering"] == 0
+    assert warm["report"]["CompiledGraphAliasHit"] == programs
+    assert warm["values"] == cold["values"]
+    return cold, warm
 
 
 @pytest.mark.slow
 def test_a_warm_process_loads_the_compiled_step_without_lowering_or_compiling(tmp_path):
-    cold = _child("step", tmp_path, 1)
-    warm = _child("step", tmp_path, 2)
     # forward, backward, optimizer; a function of two views of one tensor
-    assert cold["report"]["CompiledGraphLowering"] == 4
-    assert warm["report"]["CompiledGraphLowering"] == 0
+    cold, warm = _cold_then_warm("step", tmp_path, 4)
     assert warm["report"]["CompiledGraphCompile"] == 0 and warm["xla_compiles"] == 0
-    assert warm["report"]["CompiledGraphAliasHit"] == 4
     assert warm["report"]["CompiledGraphAotHit"] == 4  # AOTAutograd's result from the cache
     # what AOTAutograd said of a graph (it updates no input) holds when loaded from its cache
     assert warm["report"]["CompiledGraphFallback"] == cold["report"]["CompiledGraphFallback"] == 0
-    assert warm["values"] == cold["values"]
 
 
 @pytest.mark.slow
 def test_a_warm_process_gets_alias_hits_for_float32_and_float64_calls(tmp_path):
-    cold = _child("dtypes", tmp_path, 1)
-    warm = _child("dtypes", tmp_path, 2)
-    assert cold["report"]["CompiledGraphLowering"] == 2
-    assert warm["report"]["CompiledGraphLowering"] == 0
-    assert warm["report"]["CompiledGraphAliasHit"] == 2
+    _, warm = _cold_then_warm("dtypes", tmp_path, 2)
     assert warm["alias_misses"] == 0
-    assert warm["values"] == cold["values"]
     x = torch.linspace(0.1, 1.3, 12).reshape(3, 4)
     want = [float((x.to(dt) * 3).sin().sum()) for dt in (torch.float32, torch.float64)]
     assert warm["values"] == pytest.approx(want, rel=1e-6)
@@ -280,14 +255,8 @@ def test_the_docs_recipe_runs_as_written_and_compiles_every_graph(tmp_path):
 
     code = section_block("docs/compile.md", "Use", "python").text
     code = code.replace("/tmp/xla-cache", str(tmp_path / "cache"))
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=child_env({"PYTHONPATH": str(REPO), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "t")}),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    env = {"PYTHONPATH": str(REPO), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torch")}
+    out = run_python(code, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines[:4]] == ["0", "1", "2", "3"]
