@@ -219,7 +219,7 @@ class CompiledGraph:
             try:
                 out.append(np.array([args[i].item() for i in members], np_dtype))
             except Exception as e:
-                bad = next(i for i in members if not _host_scalar(args[i]))
+                bad = next((i for i in members if not _host_scalar(args[i])), members[0])
                 raise _mixed(bad, args[bad], "a 0-d CPU tensor") from e
         return out
 
