@@ -6,8 +6,9 @@
 Reported (median of ``--reps``, microseconds):
 
 * ``encode``: the canonical typed encoding of a typical attribute tuple (``identity.encode``),
-  the meta-cache key and the input of the node digest;
-* ``digest``: a node's blake2b digest from its cached prefix and one input digest;
+  the meta-cache key and the input of the node prefix;
+* ``digest``: a node's Merkle digest from its prefix and one input digest (computed only when
+  asked for: graph keys hash the nodes' prefixes and wiring at the barrier);
 * ``node``: building a ``graph.Node`` with a cached prefix (what recording pays per node);
 * ``dispatch/op``: whole ops through ``__torch_dispatch__`` on small tensors in a steady loop
   (meta-kernel cache warm), from the runtime's own ``TraceTime`` / ``TracedOps`` metrics.

@@ -97,6 +97,7 @@ def test_the_device_installs_at_first_use_and_uninstall_undoes_it():
     assert torch.Generator is not own_generator
     xl.uninstall()
     assert torch.Generator is own_generator
+    xl.device()  # installed again for the tests that run after this one in this process
 
 
 def test_manual_seed_restarts_the_device_stream_through_torchs_hook():

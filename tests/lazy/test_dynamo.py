@@ -271,6 +271,7 @@ def test_tiny_hf_model_trains_as_eager(name):
     assert _count("CompiledGraph") - before >= 2
 
 
+@pytest.mark.fallback  # a failing lowering falls back to lazy running (strict mode raises)
 def test_a_lowering_that_fails_falls_back_to_lazy(monkeypatch):
     from xlacache.lazy.dynamo import lower
 
@@ -305,13 +306,14 @@ def test_a_tensor_and_its_view_as_inputs_run_lazily_and_exactly():
     assert _count("CompiledGraphFallback") == before + 1
 
 
-def test_compiled_optimizer_step_runs_lazily_and_equals_eager():
+def test_compiled_optimizer_step_is_compiled_and_equals_eager():
     torch.manual_seed(0)
     ref = nn.Linear(8, 4)
     model = copy.deepcopy(ref).to(DEV)
     opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     step = torch.compile(opt.step, backend="xlacache")
+    before = _count("CompiledGraphFallback"), _count("CompiledGraphLazyRun")
     for _ in range(2):
         x = torch.randn(4, 8)
         ref(x).square().mean().backward()
@@ -322,7 +324,7 @@ def test_compiled_optimizer_step_runs_lazily_and_equals_eager():
         opt.zero_grad()
         xl.sync()
     torch.testing.assert_close(model.weight.cpu(), ref.weight.detach(), rtol=1e-5, atol=1e-6)
-    assert "lazy tensors held by the graph as attributes" in xc.report()["fallback_reasons"]
+    assert (_count("CompiledGraphFallback"), _count("CompiledGraphLazyRun")) == before
 
 
 def test_views_of_one_tensor_as_inputs_compile_when_nothing_is_updated():

@@ -47,6 +47,7 @@ def test_reset_runtime_is_a_fresh_process_but_keeps_live_values():
     assert STATE.routes and STATE.ops and STATE.meta_cache and STATE.closures
 
     xl.reset_runtime()
+    xl.device()  # the next use installs again what the reset uninstalled
 
     assert metrics.counter_names() == [] and metrics.metric_names() == []
     assert xl.compiled_cache_size() == 0
@@ -76,6 +77,7 @@ def test_reset_keeps_what_a_process_cannot_redo():
         assert STATE.lock is lock and STATE.refs is refs and STATE.rounds["tag"] == 3
     finally:
         STATE.rounds.pop("tag")
+        xl.device()  # installs again what the reset uninstalled
 
 
 # ------------------------------------------------------------------ record's inline encoding

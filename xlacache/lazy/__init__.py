@@ -214,6 +214,16 @@ def uninstall() -> None:
     _device.deactivate()
 
 
+def __getattr__(name: str) -> Any:
+    """``xlacache.lazy.dynamo`` (the ``torch.compile`` backend), imported at first use: Dynamo
+    is not imported with ``xlacache.lazy``."""
+    if name == "dynamo":
+        import importlib
+
+        return importlib.import_module(".dynamo", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def device(index: int = 0) -> torch.device:
     """The lazy XLA device (``torch.device('xla:0')``); its first call installs what the
     device needs from torch (``install``)."""

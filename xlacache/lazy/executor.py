@@ -1,9 +1,9 @@
 """Barriers: pending IR -> JAX function -> compiled executable (cached by graph key) -> execute.
 
 At a barrier the pending values are collected, the graph reachable from them is put in
-post-order, and its identity (``identity.graph_key``) is a blake2b digest of the node digests in
-that order, the input positions, the outputs and the donated inputs. Node digests were computed
-at record time, so a steady training loop costs one pass over the nodes here and never
+post-order, and its identity (``identity.graph_key``) is a blake2b digest of the node prefixes in
+that order, the input positions, the outputs and the donated inputs. Node prefixes come from
+the recording cache, so a steady training loop costs one pass over the nodes here and never
 re-lowers. On an in-memory miss the graph is turned into a JAX function and compiled with
 ``jax.jit(...).lower(...).compile()``, which is where ``xlacache.initialize_cache`` hooks in: the
 persistent store is consulted inside that compile.
@@ -270,7 +270,7 @@ def _run(targets: list[LazyTensor], donate: bool, what: str) -> None:
         arrays: list[Any] = []
         scalars: list[float] = []
         leaf_nodes: list[Node] = []
-        digests: list[bytes] = [n.digest for n in order]
+        prefixes: list[bytes] = [n.prefix for n in order]
         wiring: list[int] = []  # per node: number of inputs, then (position, output) pairs
         add = wiring.append
         for n in order:
@@ -302,7 +302,7 @@ def _run(targets: list[LazyTensor], donate: bool, what: str) -> None:
         wiring.extend(donated)
         # SPMD (spmd/placement.py): input placements are part of the key; None until used
         placements = spmd.graph_inputs(arrays, leaf_nodes, order)
-        key = graph_key(digests, wiring, placements)
+        key = graph_key(prefixes, wiring, placements)
         metrics.metric_add("GraphBuildTime", time.perf_counter_ns() - t_start)
         sc = np.asarray(scalars, dtype=np.float32)
         exe = EXECUTABLES.get(key)

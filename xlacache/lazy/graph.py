@@ -1,9 +1,11 @@
 """IR nodes of the lazy graph.
 
 A node is one recorded aten op (or a leaf: device data, a dynamic scalar, an RNG key). Its
-``digest`` (``identity.node_digest``) is computed when it is recorded, from the op, its static
-attributes (canonical typed encoding), its output shapes and dtypes and its inputs' digests, so
-graph identity is exact and costs nothing extra at the barrier.
+``prefix`` (``identity.node_prefix``), shared by every node of the same op, attributes
+(canonical typed encoding) and output shapes and dtypes, comes from the recording cache; a
+graph's identity is its nodes' prefixes in post-order with their wiring
+(``identity.graph_key``), so recording hashes nothing. A node's Merkle ``digest`` (its
+prefix and its inputs' digests) is computed only when asked for.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "Placeholder",
     "avals_code",
     "data_node",
+    "leaf_prefix",
     "op_code",
     "placeholder",
     "rng_node",
@@ -54,9 +57,12 @@ def avals_code(avals: tuple) -> str:
 
 
 class Node:
-    """One IR node. ``inputs`` are ``(node, output_index)`` pairs; ``avals`` its outputs."""
+    """One IR node. ``inputs`` are ``(node, output_index)`` pairs; ``avals`` its outputs;
+    ``prefix`` the exact encoding of its op, attributes and avals (``identity.node_prefix``)."""
 
-    __slots__ = ("op", "func", "inputs", "attrs", "avals", "digest", "data", "pos", "__weakref__")
+    __slots__ = (
+        "op", "func", "inputs", "attrs", "avals", "prefix", "_digest", "data", "pos", "__weakref__"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -67,7 +73,6 @@ class Node:
         func: Any = None,
         data: Any = None,
         prefix: bytes | None = None,
-        digest: bytes | None = None,
     ) -> None:
         self.op = op
         self.func = func
@@ -76,11 +81,27 @@ class Node:
         self.avals = avals
         self.data = data
         self.pos = -1  # scratch for toposort: its visit mark, then its place in the order
-        if digest is None:
-            if prefix is None:
-                prefix = node_prefix(op_code(op), encode(attrs), avals_code(avals))
-            digest = node_digest(prefix, inputs)
-        self.digest = digest
+        if prefix is None:
+            prefix = node_prefix(op_code(op), encode(attrs), avals_code(avals))
+        self.prefix = prefix
+        self._digest: bytes | None = None
+
+    @property
+    def digest(self) -> bytes:
+        """The node's Merkle digest (its prefix and its inputs' digests), computed when first
+        asked for: graph keys are built from prefixes and wiring (``identity.graph_key``)."""
+        if self._digest is None:
+            stack: list[Node] = [self]
+            while stack:  # iteratively: a long chain of nodes is no recursion
+                n = stack[-1]
+                todo = [m for m, _ in n.inputs if m._digest is None]
+                if todo:
+                    stack.extend(todo)
+                    continue
+                stack.pop()
+                if n._digest is None:
+                    n._digest = node_digest(n.prefix, n.inputs)
+        return self._digest  # type: ignore[return-value]
 
     @property
     def is_leaf(self) -> bool:
@@ -97,15 +118,19 @@ LEAF_OPS = frozenset((DATA, SCALAR, RNG))
 RANDOM = (
     "random"  # a random draw (``random_ops.random_tensor``): inputs are the RNG leaf and tensors
 )
-_LEAF_DIGEST: dict[tuple, bytes] = {}  # a leaf's digest depends on its kind and avals only
+_LEAF_PREFIX: dict[tuple, bytes] = {}  # a leaf's prefix depends on its kind and avals only
+
+
+def leaf_prefix(op: str, avals: tuple) -> bytes:
+    """The prefix of a leaf of kind ``op`` (``DATA``, ``SCALAR``, ``RNG``) with ``avals``."""
+    d = _LEAF_PREFIX.get((op, avals))
+    if d is None:
+        d = _LEAF_PREFIX[(op, avals)] = node_prefix(op_code(op), "N", avals_code(avals))
+    return d
 
 
 def _leaf(op: str, avals: tuple, data: Any) -> Node:
-    d = _LEAF_DIGEST.get((op, avals))
-    if d is None:
-        d = node_digest(node_prefix(op_code(op), "N", avals_code(avals)), ())
-        _LEAF_DIGEST[(op, avals)] = d
-    return Node(op, (), None, avals, data=data, digest=d)
+    return Node(op, (), None, avals, data=data, prefix=leaf_prefix(op, avals))
 
 
 def data_node(array: Any, dtype: torch.dtype) -> Node:
@@ -114,10 +139,11 @@ def data_node(array: Any, dtype: torch.dtype) -> Node:
 
 
 _SCALAR_AVALS = (((), torch.float32),)
+_SCALAR_PREFIX = leaf_prefix(SCALAR, _SCALAR_AVALS)
 
 
 def scalar_node(value: float) -> Node:
-    return _leaf(SCALAR, _SCALAR_AVALS, float(value))
+    return Node(SCALAR, (), None, _SCALAR_AVALS, data=float(value), prefix=_SCALAR_PREFIX)
 
 
 def rng_node(key: Any) -> Node:

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-FORMAT = 2  # version of the encodings below; part of every graph key (2: fp32_precision)
+FORMAT = 3  # version of the encodings below; part of every graph key (2: fp32_precision;
+# 3: digests from node prefixes and wiring)
 DIGEST_SIZE = 16
 
 
@@ -52,12 +53,12 @@ class Placeholder:
         return self.i
 
 
-_PLACEHOLDERS = [Placeholder(i) for i in range(256)]
+PLACEHOLDERS = [Placeholder(i) for i in range(256)]  # shared: inputs 0-255
 
 
 def placeholder(i: int) -> Placeholder:
     """The (shared) placeholder for input ``i``."""
-    return _PLACEHOLDERS[i] if i < 256 else Placeholder(i)
+    return PLACEHOLDERS[i] if i < 256 else Placeholder(i)
 
 
 def _float(x: float) -> str:
@@ -165,14 +166,16 @@ def encode_avals(avals: tuple) -> str:
     )
 
 
-def graph_key(digests: list[bytes], ints: list[int], placements: bytes | None = None) -> bytes:
-    """A graph's identity: node digests in post-order plus the wiring/outputs/donation ints,
-    and with SPMD in use, the digest of its inputs' placements (``spmd.placement``)."""
+def graph_key(prefixes: list[bytes], ints: list[int], placements: bytes | None = None) -> bytes:
+    """A graph's identity: its nodes' prefixes (``node_prefix``: length-prefixed, so their
+    concatenation is unambiguous) in post-order plus the wiring/outputs/donation ints (each
+    node's inputs by position: the edges), and with SPMD in use, the digest of its inputs'
+    placements (``spmd.placement``)."""
     h = blake2b(digest_size=DIGEST_SIZE)
     if placements is not None:
         h.update(b"spmd:" + placements)
-    h.update(b"xlacache.lazy.graph/%d/%d" % (FORMAT, len(digests)))
-    h.update(b"".join(digests))
+    h.update(b"xlacache.lazy.graph/%d/%d" % (FORMAT, len(prefixes)))
+    h.update(b"".join(prefixes))
     wiring = array("q", ints)
     if sys.byteorder != "little":
         wiring.byteswap()

@@ -17,10 +17,11 @@ from typing import Any
 import torch
 
 from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
+from .identity import PLACEHOLDERS as _PLACEHOLDERS
 from .identity import encode, node_prefix
 from .lowering import LOWERINGS, STATIC_SCALAR_OPS, precision
 from .state import STATE
-from .tensor import Cell, LazyTensor, contiguous_meta, tracing_nested
+from .tensor import Cell, LazyTensor, contiguous_meta, new_lazy, tracing_nested
 from .transfer import to_device
 
 aten = torch.ops.aten
@@ -158,8 +159,8 @@ _OPS: dict[int, _Op] = STATE.ops
 # shape inference results by (op, exact attribute encoding, input shapes and dtypes): torch's
 # meta kernels are Python and cost ~100-400 us an op; a training loop repeats the same ops.
 # Values: (op, output metas (contiguous; a tuple for multi-output ops, else one), avals,
-# node-digest prefix, the multi-output container type or None).
-_META_CACHE: dict[tuple[int, str, tuple], tuple[Any, Any, tuple, bytes, Any]] = STATE.meta_cache
+# node-digest prefix, the multi-output container type or None, whether the op is wide).
+_META_CACHE: dict[tuple[int, str, tuple], tuple] = STATE.meta_cache
 _META_CACHE_MAX = 200_000
 
 
@@ -238,6 +239,13 @@ _CPU_TENSORS_OK = {
 }
 
 
+def _all_ints(x: list | tuple) -> bool:
+    for e in x:
+        if type(e) is not int:
+            return False
+    return bool(x)
+
+
 def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
     return RuntimeError(
         f"Input tensor is not an XLA tensor: {x.type()} of shape {list(x.shape)} given to {func} "
@@ -289,7 +297,7 @@ def record(
             if j is None:
                 j = seen[v] = len(inputs)
                 inputs.append(v)
-            ph = placeholder(j)
+            ph = _PLACEHOLDERS[j] if j < 256 else placeholder(j)
             targs.append(ph)
             margs.append(c._meta)
             codes.append(ph.code)
@@ -306,6 +314,10 @@ def record(
             targs.append(ph)
             margs.append(a)
             codes.append(ph.code)
+        elif (ta is list or ta is tuple) and _all_ints(a):  # sizes, dims
+            targs.append(tuple(a))
+            margs.append(a)
+            codes.append("(" + ",".join([f"i{e}" for e in a]) + ")")
         else:
             if ctx is None:
                 ctx = _Ctx(func, inputs, seen)
@@ -318,12 +330,15 @@ def record(
             ctx = _Ctx(func, inputs, seen)
         snames = _NONE if static else op.snames
         tkw, mkw = {}, {}
-        for k, a in kwargs.items():
+        kcodes = []
+        for k in sorted(kwargs) if len(kwargs) > 1 else kwargs:
+            a = kwargs[k]
             t, m = _convert(a, ctx, k in snames)
             tkw[k] = t
             mkw[k] = m
-        kw = tuple(sorted(tkw.items()))
-        kcode = encode(kw)
+            kcodes.append(f"(s{len(k)}:{k},{t.code if type(t) is Placeholder else encode(t)})")
+        kw = tuple(tkw.items())
+        kcode = "(" + ",".join(kcodes) + ")"
     else:
         kw, mkw, kcode = (), kwargs, "()"
     if op.fp32 and (fp32 := precision.record_attribute(func, (*margs, *mkw.values()))):
@@ -335,42 +350,51 @@ def record(
     ck = (id(func), akey, tuple([n.avals[k] for n, k in inputs]))
     hit = _META_CACHE.get(ck)
     if hit is None or hit[0] is not func:
-        hit = _META_CACHE[ck] = _infer(func, margs, mkw, akey)
-    _, metas, avals, prefix, multi = hit
-    if (dyn or (ctx is not None and ctx.dyn)) and _wide(inputs, avals):
+        inferred = _infer(func, margs, mkw, akey)
+        hit = _META_CACHE[ck] = (*inferred, _wide(ck[2], inferred[2]))
+    _, metas, avals, prefix, multi, wide = hit
+    if wide and (dyn or (ctx is not None and ctx.dyn)):
         # float64 math: its Python floats stay exact constants
         return record(func, args, kwargs, as_view, into, static=True)
     node = Node(func, tuple(inputs), attrs, avals, func, None, prefix)
     if into is not None:
         c = into._c
         aval = avals[0]
-        if multi is None and c._root is None and aval[1] is into.dtype and into.shape == aval[0]:
-            c._v = (node, 0)  # the common case of ``assign``, without a tensor for the result
-            c._gen += 1
-        else:
-            first = metas if multi is None else metas[0]
-            assign(into, LazyTensor(first, (node, 0)))
+        if multi is None and aval[1] is into.dtype and into.shape == aval[0]:
+            # the common cases of ``assign``, without a tensor for the result
+            r = c._root
+            if r is None:
+                c._v = (node, 0)
+                c._gen += 1
+                return into
+            if not c._chain and c._rgen == r._gen:  # an alias of its root (a parameter)
+                r._v = c._v = (node, 0)
+                r._gen += 1
+                c._rgen = r._gen
+                return into
+        first = metas if multi is None else metas[0]
+        assign(into, LazyTensor(first, (node, 0)))
         return into
     if multi is None:
-        out = LazyTensor(metas, (node, 0))
+        out = new_lazy(metas, avals[0], (node, 0))
         if as_view and op.view and isinstance(args[0], LazyTensor):
             b = args[0]._c
             chain = (*b._chain, (func, tuple(args[1:]), kwargs))
             track_view(out, b._root if b._root is not None else b, chain)
         return out
-    wrapped = [None if m is None else LazyTensor(m, (node, k)) for k, m in enumerate(metas)]
+    wrapped = [None if m is None else new_lazy(m, avals[k], (node, k)) for k, m in enumerate(metas)]
     return wrapped if multi is list else tuple(wrapped)
 
 
-def _wide(inputs: list[tuple[Node, int]], avals: tuple) -> bool:
+def _wide(in_avals: tuple, avals: tuple) -> bool:
     """Does the op read or write float64/complex128 values?"""
-    return any(n.avals[i][1] in WIDE_DTYPES for n, i in inputs) or any(
-        a is not None and a[1] in WIDE_DTYPES for a in avals
-    )
+    return any(a is not None and a[1] in WIDE_DTYPES for a in (*in_avals, *avals))
 
 
 def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, Any, tuple, bytes, Any]:
-    """The ``_META_CACHE`` value of ``func`` on these inputs (runs the meta kernel)."""
+    """The ``_META_CACHE`` value of ``func`` on these inputs but its last item (runs the meta
+    kernel): the op, its output metas, avals, node-digest prefix, multi-output container type
+    (or None)."""
     try:
         mout = func(*margs, **mkw)
     except Exception as e:  # noqa: BLE001 - re-raised with the op's name

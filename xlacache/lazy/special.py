@@ -12,7 +12,8 @@ import torch
 from .dispatch import dispatch, special
 from .executor import to_cpu
 from .record import assign, record, value
-from .tensor import LazyTensor
+from .state import STATE
+from .tensor import LazyTensor, untraced
 from .transfer import to_device
 
 aten = torch.ops.aten
@@ -20,6 +21,7 @@ aten = torch.ops.aten
 
 @special(aten.detach.default, aten.alias.default)
 def _alias(args: tuple, kwargs: dict) -> LazyTensor:
+    untraced()
     t = args[0]
     out = LazyTensor(t._meta, value(t))
     c, o = t._c, out._c
@@ -32,6 +34,7 @@ def _alias(args: tuple, kwargs: dict) -> LazyTensor:
 
 @special(aten.lift_fresh.default)
 def _noop_first(args: tuple, kwargs: dict) -> Any:
+    untraced()
     return args[0]
 
 
@@ -41,6 +44,7 @@ def _to_copy(args: tuple, kwargs: dict) -> Any:
     dev = kwargs.get("device")
     dtype = kwargs.get("dtype") or t.dtype
     if dev is not None and torch.device(dev).type != "xla":
+        untraced()  # a read
         out = to_cpu(t)
         return out.to(device=dev, dtype=dtype)
     if dtype == t.dtype:
@@ -55,6 +59,8 @@ def _copy_(args: tuple, kwargs: dict) -> Any:
         dst.copy_(to_cpu(src))
         return dst
     if not isinstance(src, LazyTensor):
+        if src.dtype == dst.dtype and src.shape == dst.shape:
+            untraced()  # a transfer (``.to(device)``): data in, nothing traced
         src = to_device(src)
     assign(dst, src)
     return dst
@@ -75,6 +81,7 @@ def _copy(args: tuple, kwargs: dict) -> Any:
 
 @special(aten._local_scalar_dense.default)
 def _item(args: tuple, kwargs: dict) -> Any:
+    untraced()  # a read
     return to_cpu(args[0]).item()
 
 
@@ -102,7 +109,36 @@ def _equal(args: tuple, kwargs: dict) -> bool:
 
 @special(aten.is_same_size.default)
 def _is_same_size(args: tuple, kwargs: dict) -> bool:
+    untraced()
     return tuple(args[0].shape) == tuple(args[1].shape)
+
+
+_FILL_DEFAULTS = {"dtype": None, "layout": torch.strided, "pin_memory": False}
+
+
+def _fill_like(func: Any, fill: int) -> Any:
+    """A one-element ``ones_like``/``zeros_like`` (autograd's seed for ``loss.backward()``) is
+    a device constant made once and shared (recording nothing); larger ones are recorded."""
+
+    def handler(args: tuple, kwargs: dict) -> Any:
+        t = args[0]
+        plain = all(kwargs.get(k, v) in (v, None) for k, v in _FILL_DEFAULTS.items())
+        dev = kwargs.get("device")
+        if len(args) > 1 or t.numel() != 1 or not plain or (dev is not None and dev.type != "xla"):
+            return record(func, args, kwargs)
+        dtype = kwargs.get("dtype") or t.dtype
+        key = (tuple(t.shape), dtype, fill)
+        held = STATE.constants.get(key)
+        if held is None:
+            held = STATE.constants[key] = to_device(torch.full(key[0], fill, dtype=dtype))
+        untraced()
+        return LazyTensor(held._c._meta, held._c._v)
+
+    return special(func)(handler)
+
+
+_fill_like(aten.ones_like.default, 1)
+_fill_like(aten.zeros_like.default, 0)
 
 
 @special(aten.split.Tensor)

@@ -49,7 +49,8 @@ class RuntimeState:
     lock: threading.RLock = _keep(threading.RLock)
     dispatcher: Callable[[Any, tuple, dict], Any] = field(default=_unset, metadata=KEEP)
     trace_ns: int = 0  # ns spent in dispatch since the last barrier
-    traced_ops: int = 0  # top-level ops dispatched since the last barrier
+    traced_ops: int = 0  # top-level ops recorded since the last barrier
+    untraced: bool = False  # the top-level op being dispatched records nothing
     depth: int = 0  # dispatch depth (> 1: an op that another op dispatched)
     gc_deferred: tuple | None = None  # (thresholds before, during) while tracing
     # the live registry (tensor.py): weak references to every tensor's state cell
@@ -65,6 +66,8 @@ class RuntimeState:
     # record.py: what recording knows about each op; memoized meta-kernel results
     ops: dict = field(default_factory=dict)
     meta_cache: dict = field(default_factory=dict)
+    # special.py: small constants served without recording (the autograd seed)
+    constants: dict = field(default_factory=dict)
     # executor.py: the compiled-graph LRU (set by the executor at import; cleared, not replaced)
     executables: Any = field(default=None, metadata=KEEP)
     allow_execution: bool = True  # False inside compile(full_graph=True)
@@ -88,6 +91,12 @@ class RuntimeState:
     last_sequence: dict = _keep(dict)  # agreement: domain -> last number used
     rounds: dict = _keep(dict)  # rendezvous: tag -> rounds so far
     stdout_filter: Any = field(default=None, metadata=KEEP)  # quiet: Gloo's lines kept out
+    # dynamo/: why graphs ran lazily (newest last, bounded), fallbacks warned about, the
+    # decompositions AOTAutograd gets (built at first use)
+    dynamo_reasons: list = field(default_factory=list)
+    dynamo_warned: set = field(default_factory=set)
+    dynamo_decompositions: dict = field(default_factory=dict)
+    dynamo_compiling: dict | None = None  # while the backend compiles: what its graphs do
     # spmd/: whether SPMD is in use (then graph keys cover placements), the global mesh
     spmd: bool = field(default=False, metadata=KEEP)
     global_mesh: Any = field(default=None, metadata=KEEP)

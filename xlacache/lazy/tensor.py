@@ -72,6 +72,13 @@ def install_dispatcher(fn: Callable[[Any, tuple, dict], Any]) -> None:
     STATE.dispatcher = fn
 
 
+def untraced() -> None:
+    """Called by a handler that records nothing (an alias, a read, a cached constant): the op
+    it handles at the top level is not counted in ``TracedOps`` (its time is in ``TraceTime``)."""
+    if STATE.depth == 1:
+        STATE.untraced = True
+
+
 def tracing_nested() -> bool:
     """True inside an op that another op dispatched (a decomposition, a special handler)."""
     return STATE.depth > 1
@@ -81,6 +88,9 @@ class LazyTensor(torch.Tensor):
     """A tensor on the ``xla`` device whose value is an IR node output (``_v``)."""
 
     _c: Cell
+    # torch functions go straight to ``__torch_dispatch__`` (no Python ``__torch_function__``
+    # layer per op: results are lazy tensors already)
+    __torch_function__ = torch._C._disabled_torch_function_impl
     _v = _fwd("_v")
     _meta = _fwd("_meta")
     _root = _fwd("_root")
@@ -187,6 +197,7 @@ class LazyTensor(torch.Tensor):
                 finally:
                     s.depth -= 1
             s.depth = 1
+            s.untraced = False
             if s.gc_deferred is None and _GC_DEFER:
                 _defer_gc()
             t0 = _now()
@@ -198,8 +209,23 @@ class LazyTensor(torch.Tensor):
             finally:
                 _set_eval_frame(dynamo)
                 s.trace_ns += _now() - t0
-                s.traced_ops += 1
+                if not s.untraced:
+                    s.traced_ops += 1
                 s.depth = 0
+
+
+_wrapper = torch.Tensor._make_wrapper_subclass
+
+
+def new_lazy(meta: torch.Tensor, aval: tuple, v: tuple[Node, int]) -> LazyTensor:
+    """``LazyTensor(meta, v)`` where ``aval`` is ``meta``'s ``(shape tuple, dtype)`` (the
+    recording hot path has it: no ``torch.Size`` made)."""
+    r = _wrapper(LazyTensor, aval[0], dtype=aval[1], device=DEVICE)
+    c = r._c = Cell(meta, v)
+    _REFS.append(_ref(c))
+    if len(_REFS) > STATE.refs_limit:
+        live_tensors()
+    return r
 
 
 class _NoAttribute:
@@ -246,8 +272,9 @@ def restore_gc() -> None:
 
 def flush_trace_metrics() -> None:
     """Record the tracing time of the step that ends now (metric ``TraceTime``)."""
-    if STATE.traced_ops:
+    if STATE.trace_ns:
         metrics.metric_add("TraceTime", STATE.trace_ns)
+    if STATE.traced_ops:
         metrics.counter_inc("TracedOps", STATE.traced_ops)
     STATE.trace_ns = STATE.traced_ops = 0
 

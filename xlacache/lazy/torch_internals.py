@@ -93,6 +93,31 @@ INTERNALS = (
     ),
     Internal("torch._functorch.config.patch", "dynamo.backend: contiguous tangents"),
     Internal("torch._C._get_fp32_precision_getter", "lowering.precision: the settings"),
+    Internal("torch._C._disabled_torch_function_impl", "tensor: no __torch_function__ layer"),
+    Internal("torch._C._increment_version", "dynamo.program: inputs updated in place"),
+    Internal("torch._foreach_copy_", "dynamo.program: step counters written back"),
+    Internal("torch._ops.OpOverload", "dispatch, record, graph, dynamo.lower: aten ops"),
+    Internal("torch._guards.TracingContext.get", "dynamo.backend: the graph's fake mode"),
+    Internal("torch._subclasses.fake_tensor.FakeTensorMode", "dynamo.aot_cache: a loaded graph"),
+    Internal("torch._inductor.inductor_prims", "dynamo.lower: prims.fma (Dynamo's addcmul_)"),
+    Internal(
+        "torch._functorch.aot_autograd.SerializableAOTDispatchCompiler",
+        "dynamo.backend: graphs AOTAutograd's cache can keep",
+    ),
+    Internal(
+        "torch._functorch._aot_autograd.autograd_cache.AOTAutogradCache.get_remote_cache",
+        "dynamo.aot_cache: AOTAutograd's cache in xlacache entries",
+    ),
+    Internal(
+        "torch._functorch._aot_autograd.autograd_cache.AOTAutogradCache._write_to_local_cache",
+        "dynamo.aot_cache: its local directory unused",
+    ),
+    Internal("torch._functorch.config.bundled_autograd_cache", "dynamo.aot_cache"),
+    Internal("torch._functorch.config.enable_remote_autograd_cache", "dynamo.aot_cache"),
+    Internal("torch._functorch.config.enable_autograd_cache", "dynamo.aot_cache"),
+    Internal("torch._functorch.config.force_non_lazy_backward_lowering", "dynamo.aot_cache"),
+    Internal("torch._inductor.output_code.OutputCode", "dynamo.aot_cache: XlaOutputCode"),
+    Internal("torch.fx._graph_pickler.GraphPickler", "dynamo.aot_cache: graphs pickled"),
 )
 
 
@@ -151,18 +176,24 @@ def lazy_inner_tensors_before_2_12() -> list[str]:
 def backend_fakes(fakes: list, example_inputs: list) -> list:
     """The fake inputs a Dynamo backend hands AOTAutograd: the graph's placeholders' fakes,
     except on torch 2.9-2.10 (``backend_fakes_before_2_11``)."""
+    if torch_version() >= (2, 11):
+        return fakes
     tc = torch._guards.TracingContext.try_get()
     mode = getattr(tc, "fake_mode", None)
     if mode is None or all(getattr(f, "fake_mode", mode) is mode for f in fakes):
         return fakes
-    return backend_fakes_before_2_11(mode, example_inputs)
+    return backend_fakes_before_2_11(mode, fakes, example_inputs)
 
 
-def backend_fakes_before_2_11(mode: Any, example_inputs: list) -> list:
+def backend_fakes_before_2_11(mode: Any, fakes: list, example_inputs: list) -> list:
     """torch 2.9-2.10 put a fresh fake mode in the tracing context before calling the backend
     (the placeholders' fakes belong to the old one, which AOTAutograd refuses to mix): the
-    real inputs faked again in it."""
-    return [mode.from_tensor(x, static_shapes=True) for x in example_inputs]
+    real input tensors faked again in it (sizes and other values as the placeholders give
+    them)."""
+    return [
+        mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else f
+        for f, x in zip(fakes, example_inputs, strict=True)
+    ]
 
 
 # -- the device guard --------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..state import STATE
 from .backend import recompile_reasons, sync_dynamo_counters, xlacache_backend
-from .program import REASONS
 
 __all__ = ["report", "xlacache_backend"]
 
@@ -29,10 +29,11 @@ def report() -> dict[str, Any]:
         "CompiledGraphLowering",
         "CompiledGraphCompile",
         "CompiledGraphAliasHit",
+        "CompiledGraphAotHit",
         "CompiledGraphExecute",
         "CompiledGraphLazyRun",
     )
     out: dict[str, Any] = {n: metrics.counter_value(n) or 0 for n in names}
-    out["fallback_reasons"] = list(REASONS)
+    out["fallback_reasons"] = list(STATE.dynamo_reasons)
     out["recompile_reasons"] = recompile_reasons()
     return out

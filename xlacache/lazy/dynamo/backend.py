@@ -2,9 +2,15 @@
 
 Dynamo traces the user's code with fake tensors on the ``xla`` device (a lazy tensor's fake:
 ``LazyTensor.__tensor_unflatten__``); AOTAutograd splits the graph into forward and backward
-aten graphs, with PyTorch's decompositions for the ops the lowering table lacks; each graph
-becomes a ``CompiledGraph`` if every node lowers, else a ``LazyGraph`` (lazy tracing, counted
-with its reason). A graph break leaves the code between graphs to run as usual: lazily.
+aten graphs (or one inference graph: an optimizer's step), with PyTorch's decompositions for
+the ops the lowering table lacks, and keeps the updates of inputs in the graph; each graph
+becomes a ``CompiledGraph`` if every node lowers, else a ``LazyGraph`` (lazy tracing,
+announced once with its reason). A graph break leaves the code between graphs to run as
+usual: lazily.
+
+Lazy tensors that Dynamo keeps as attributes of its graph (an optimizer's parameters and
+state, marked static) are made graph inputs here, so that AOTAutograd sees their fakes and the
+compiled program takes (and updates) their device buffers.
 """
 
 from __future__ import annotations
@@ -14,28 +20,28 @@ from typing import Any
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 from torch._dynamo.backends.common import aot_autograd
-from torch.fx import GraphModule
+from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
+from torch.fx import Graph, GraphModule
 
 from .. import metrics, torch_internals
 from ..lowering import LOWERINGS
+from ..state import STATE
 from ..tensor import LazyTensor
-from . import lower
+from . import aot_cache, lower
 from .program import CompiledGraph, LazyGraph, note_fallback
 
 aten = torch.ops.aten
-_DECOMPOSITIONS: dict[Any, Any] = {}
 
 
 def decompositions() -> dict[Any, Any]:
     """PyTorch's decompositions of the ops the lowering table lacks (what the lazy
-    dispatcher does with them too)."""
-    if not _DECOMPOSITIONS:
-        table = {**decomposition_table, **core_aten_decompositions()}
+    dispatcher does with them too); kept in the runtime's state, built at first use."""
+    table = STATE.dynamo_decompositions
+    if not table:
+        every = {**decomposition_table, **core_aten_decompositions()}
         keep = {aten.lift_fresh.default, aten.lift.default}  # how tracing takes in constants
-        _DECOMPOSITIONS.update(
-            {op: f for op, f in table.items() if op not in LOWERINGS and op not in keep}
-        )
-    return _DECOMPOSITIONS
+        table.update({op: f for op, f in every.items() if op not in LOWERINGS and op not in keep})
+    return table
 
 
 def _mutates_inputs() -> bool:
@@ -48,16 +54,25 @@ def _mutates_inputs() -> bool:
     return any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
 
 
-def _compiler(what: str, seen: dict) -> Any:
-    def compile_graph(gm: GraphModule, example_inputs: list) -> Any:
-        if what != "backward":
-            seen["mutates"] = seen.get("mutates", False) or _mutates_inputs()
-        reason = lower.unsupported(gm)
-        if reason is not None:
-            return LazyGraph(gm, f"{what}: {reason}")
-        metrics.counter_inc("CompiledGraph")
-        return CompiledGraph(gm, what)
+def runtime_for(gm: GraphModule, what: str) -> CompiledGraph | LazyGraph:
+    """What runs an AOTAutograd graph: compiled if it lowers, else lazily (announced)."""
+    plan = lower.plan(gm)
+    if plan.reason is not None:
+        return LazyGraph(gm, f"{what}: {plan.reason}", warn=True)
+    metrics.counter_inc("CompiledGraph")
+    return CompiledGraph(gm, what, plan)
 
+
+def _compiler(what: str, serializable: bool) -> Any:
+    def compile_graph(gm: GraphModule, example_inputs: list) -> Any:
+        mutates = what != "backward" and _mutates_inputs()
+        aot_cache.note_mutation(mutates)
+        if serializable:
+            return aot_cache.XlaOutputCode(gm, what, runtime_for, mutates)
+        return runtime_for(gm, what)
+
+    if serializable:
+        return SerializableAOTDispatchCompiler(aot_cache.XlaOutputCode, compile_graph)
     return compile_graph
 
 
@@ -88,37 +103,96 @@ def _aliased(inputs: list) -> bool:
     return len(roots) != len(set(roots))
 
 
+def _attribute(gm: GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def lift_lazy_attributes(gm: GraphModule, fakes: list) -> tuple[GraphModule, list, list]:
+    """``(graph, attributes, fakes)``: a copy of ``gm`` whose lazy tensor attributes are its
+    first inputs (their values in ``attributes``; all inputs' fakes in ``fakes``), or ``gm``
+    itself when it holds none. Dynamo's graph is left as it is (Dynamo reads it after)."""
+    held = [
+        n
+        for n in gm.graph.find_nodes(op="get_attr")
+        if isinstance(_attribute(gm, n.target), LazyTensor)
+    ]
+    if not held:
+        return gm, [], fakes
+    mode = torch._guards.detect_fake_mode(fakes) or torch._guards.TracingContext.get().fake_mode
+    graph = Graph()
+    copies: dict[Any, Any] = {}
+    out = graph.graph_copy(gm.graph, copies)
+    graph.output(out)
+    for old, new in copies.items():
+        if old.op == "placeholder":
+            new._dynamo_source = getattr(old, "_dynamo_source", None)
+    first = next(iter(graph.find_nodes(op="placeholder")), None)
+    sources = dict(getattr(gm, "_param_name_to_source", {}) or {})
+    attributes, lifted = [], []
+    for n in held:
+        value = _attribute(gm, n.target)
+        fake = mode.from_tensor(value, static_shapes=True)
+        with graph.inserting_before(first) if first is not None else graph.inserting_before():
+            ph = graph.placeholder("lazy_" + n.target.replace(".", "_"))
+        ph.meta = {"example_value": fake, "val": fake}
+        ph._dynamo_source = sources.pop(n.target, None)
+        copies[n].replace_all_uses_with(ph)
+        graph.erase_node(copies[n])
+        attributes.append(value)
+        lifted.append(fake)
+    new_gm = GraphModule(gm, graph)
+    new_gm.meta = dict(gm.meta)
+    new_gm._param_name_to_source = sources
+    return new_gm, attributes, lifted + list(fakes)
+
+
 def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> Any:
     """``torch.compile(model, backend="xlacache")``."""
     torch_internals.dynamo_skips_runtime()  # here, not at import: nothing in torch changes then
     metrics.counter_inc("DynamoGraph")
     sync_dynamo_counters()
-    if any(isinstance(t, LazyTensor) for t in (*gm.parameters(), *gm.buffers())):
-        # Dynamo kept tensors as graph attributes (an optimizer's step): they run lazily
-        note_fallback("lazy tensors held by the graph as attributes")
-        return gm.forward
     fakes = []
     for n in gm.graph.find_nodes(op="placeholder"):
         v = n.meta.get("example_value")
         if v is None:
-            note_fallback("a Dynamo graph input without a fake value")
+            note_fallback("a Dynamo graph input without a fake value", warn=True)
             return gm.forward
         fakes.append(v)
     fakes = torch_internals.backend_fakes(fakes, example_inputs)
-    seen: dict[str, bool] = {}
-    backend = aot_autograd(
-        fw_compiler=_compiler("forward", seen),
-        bw_compiler=_compiler("backward", seen),
-        inference_compiler=_compiler("inference", seen),
-        decompositions=decompositions(),
-    )
+    graph, attributes, fakes = lift_lazy_attributes(gm, fakes)
+    seen: dict[str, Any] = {}
     # lazy tensors report contiguous strides: AOTAutograd expects contiguous tangents
-    with torch._functorch.config.patch(guess_tangent_strides_as_outputs=False):
-        compiled = backend(gm, fakes)
-    if seen.get("mutates", True) and _aliased(example_inputs):
+    with (
+        aot_cache.serving() as serializable,
+        torch._functorch.config.patch(guess_tangent_strides_as_outputs=False),
+    ):
+        backend = aot_autograd(
+            fw_compiler=_compiler("forward", serializable),
+            bw_compiler=_compiler("backward", serializable),
+            inference_compiler=_compiler("inference", serializable),
+            decompositions=decompositions(),
+            keep_inference_input_mutations=True,  # updates of inputs in the graph: in place
+        )
+        STATE.dynamo_compiling = seen
+        try:
+            compiled = backend(graph, fakes)
+        finally:
+            STATE.dynamo_compiling = None
+    # nothing compiled (a graph AOTAutograd did not give us): assume it updates inputs
+    mutates = seen.get("mutates", False) if seen.get("graphs") else True
+    if mutates and _aliased([*attributes, *example_inputs]):
         # Dynamo gives each lazy view as a tensor of its own: a graph that updates a tensor
         # given with a view of it (or the view) would not see the update in the other; the
         # Dynamo graph runs lazily instead, where views are exact
-        note_fallback("an input updated in place shares storage with another input")
+        note_fallback("an input updated in place shares storage with another input", warn=True)
         return gm.forward
-    return compiled
+    if not attributes:
+        return compiled
+
+    def with_attributes(*args: Any) -> Any:
+        return compiled(*attributes, *args)
+
+    return with_attributes

@@ -1,31 +1,49 @@
-"""An AOTAutograd FX graph -> one JAX function, through the lazy runtime's lowering table.
+"""An AOTAutograd FX graph -> a ``Plan`` -> one JAX function per concrete shape binding.
 
-Each ``call_function`` node runs its ``LOWERINGS`` entry on JAX values, as the lazy executor
-does for an IR node: the arguments in the aten schema's order, float ``Scalar`` arguments as
-float32 values (the lazy runtime makes them float32 graph inputs; on float64/complex128
-values they stay exact Python floats), and the result cast to the dtype and shape that the
-node's fake tensor (``meta["val"]``) says, with the executor's own ``conform_result``. A graph whose
-nodes are not all lowerable is not built (``unsupported`` names the first such node): it
-runs lazily instead.
+``plan(gm)`` reads the graph once: what each input is (a device tensor, a 0-d CPU tensor, an
+int), which inputs the graph updates in place (AOTAutograd keeps input mutations in the graph
+as ``copy_`` nodes: ``keep_inference_input_mutations``), which outputs are inputs, device
+values or CPU values, and why the graph cannot be lowered (``Plan.reason``). ``build(plan,
+binding)`` turns it into a JAX function for one binding of its symbolic sizes (none for a
+static graph): each ``call_function`` node runs its ``LOWERINGS`` entry on JAX values, as the
+lazy executor does for an IR node: the arguments in the aten schema's order, float ``Scalar``
+arguments as float32 values (the lazy runtime makes them float32 graph inputs; on
+float64/complex128 values they stay exact Python floats), and the result cast to the dtype and
+shape the node's fake tensor says (``meta["val"]``, its sizes evaluated under the binding),
+with the executor's own ``conform_result``; size arithmetic (``sym_size``, ``operator.mul``...)
+runs on Python ints.
+
+0-d CPU tensors (an optimizer's ``step`` counters, a learning rate held in a tensor) enter the
+program as values packed per dtype (one transfer each); the CPU tensors a graph updates get
+their new values from the graph's CPU-only part, run on the host by torch (``Plan.host``), so
+no value comes back from the device.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 import torch
-from torch.fx import GraphModule, Node
+import torch._inductor.inductor_prims  # noqa: F401 - defines prims.fma (Dynamo's addcmul_)
+from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_aggregate
 
+from ..dispatch import foreach_element
 from ..executor import conform_result
-from ..lowering import LOWERINGS, precision
+from ..lowering import LOWERINGS, jax_dtype, precision, reg
+from ..lowering.dtypes import promote
 from ..record import WIDE_DTYPES, op_info
 
 aten = torch.ops.aten
+prims = torch.ops.prims
+_WIDE_JAX = (jnp.float64, jnp.complex128)
+
+DEVICE, HOST, INT = "device", "host", "int"  # the kinds of graph inputs
 
 # ops with no lowering of their own whose value is their (first) input's
 _IDENTITY = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
@@ -34,54 +52,299 @@ _IDENTITY = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
 _LOCAL: dict[Any, Callable[..., Any]] = {
     aten.copy.default: lambda dst, src, non_blocking=False: src,
 }
+# size arithmetic on Python ints (graphs with symbolic sizes, evaluated per binding)
+_SIZES: dict[Any, Callable[..., Any]] = {
+    aten.sym_size.int: lambda x, d: x.shape[d],
+    aten.sym_numel.default: lambda x: int(np.prod(x.shape)),
+    aten.sym_stride.int: lambda x, d: int(np.prod(x.shape[d + 1 :])),
+    operator.add: operator.add,
+    operator.sub: operator.sub,
+    operator.mul: operator.mul,
+    operator.floordiv: operator.floordiv,
+    operator.mod: operator.mod,
+    operator.neg: operator.neg,
+    operator.eq: operator.eq,
+    operator.ne: operator.ne,
+    operator.lt: operator.lt,
+    operator.le: operator.le,
+    operator.gt: operator.gt,
+    operator.ge: operator.ge,
+    torch.sym_max: max,
+    torch.sym_min: min,
+    torch.sym_not: operator.not_,
+}
+_MUTATION = aten.copy_.default
+
+
+if prims.fma.default not in LOWERINGS:
+
+    @reg(prims.fma.default)
+    def _fma(a: Any, b: Any, c: Any) -> Any:
+        """``a * b + c`` (Dynamo's ``addcmul_``), the product exact in float64 for float32."""
+        a, b, c = promote(a, b, c)
+        dt = jnp.result_type(a, c)
+        if dt == jnp.float32:
+            wide = jnp.float64
+            return (a.astype(wide) * jnp.asarray(b, wide) + jnp.asarray(c, wide)).astype(dt)
+        return a * b + c
 
 
 def _lowering(t: Any) -> Callable[..., Any] | None:
+    if _is_foreach(t):
+        return _foreach_lowering(t)
     return _LOCAL.get(t) or LOWERINGS.get(t)
+
+
+def _is_foreach(t: Any) -> bool:
+    return isinstance(t, torch._ops.OpOverload) and t._schema.name.startswith("aten::_foreach_")
+
+
+def _foreach_lowering(t: Any) -> Callable[..., Any] | None:
+    """A ``_foreach_*`` op as its element op's lowering over the lists (the dispatcher's
+    ``foreach_element`` binding); None when the element op has no lowering."""
+    try:
+        element, bind = foreach_element(t)
+    except NotImplementedError:
+        return None
+    low = _LOCAL.get(element) or LOWERINGS.get(element)
+    if low is None:
+        return None
+    op = op_info(element)
+
+    def run(*args: Any, **kwargs: Any) -> list:
+        count = len(next(a for a in args if isinstance(a, (list, tuple))))
+        out = []
+        for j in range(count):
+            pos, kw = bind(args, kwargs, j)
+            wide = any(getattr(a, "dtype", None) in _WIDE_JAX for a in (*pos, *kw.values()))
+            if not wide:
+                pos = tuple(
+                    np.float32(a) if type(a) is float and i in op.spos else a
+                    for i, a in enumerate(pos)
+                )
+                kw = {k: np.float32(a) if type(a) is float and k in op.snames else a
+                      for k, a in kw.items()}  # fmt: skip
+            out.append(low(*pos, **kw))
+        return out
+
+    return run
 
 
 def _fake(x: Any) -> bool:
     return isinstance(x, torch.Tensor)
 
 
-def unsupported(gm: GraphModule) -> str | None:
-    """Why ``gm`` cannot be one JAX function (None: it can)."""
-    for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            v = n.meta.get("val")
-            if not _fake(v):
-                return f"input {n.name} is {type(v).__name__}, not a tensor (symbolic shapes?)"
-            if v.device.type != "xla":
-                return f"input {n.name} is on {v.device}, not xla"
-        elif n.op == "get_attr":
+def _vals(n: Node) -> tuple:
+    v = n.meta.get("val")
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+
+def _on_host(n: Node) -> bool:
+    """Is ``n``'s value on the host (CPU tensors, ints)?"""
+    return all(not _fake(v) or v.device.type == "cpu" for v in _vals(n))
+
+
+@dataclass
+class Plan:
+    """What a graph takes, computes and updates; ``reason`` says why it cannot be lowered."""
+
+    gm: GraphModule
+    placeholders: list[Node]
+    kinds: list[str]
+    reason: str | None = None
+    # per graph output: ("in", i) an input, ("dev", k) device result k, ("host", k) host
+    # result k, or None
+    outputs: list[tuple[str, int] | None] = field(default_factory=list)
+    device_results: list[Node] = field(default_factory=list)  # outputs, then updates
+    device_updates: list[int] = field(default_factory=list)  # input updated by result k+n
+    host_results: list[Node] = field(default_factory=list)  # outputs, then updates
+    host_updates: list[int] = field(default_factory=list)
+    n_device_outputs: int = 0
+    n_host_outputs: int = 0
+    host: GraphModule | None = None  # the host results from the CPU and int inputs
+    groups: list[tuple[torch.dtype, list[int]]] = field(default_factory=list)  # CPU scalars
+    symbolic: bool = False
+
+    @property
+    def device_inputs(self) -> list[int]:
+        return [i for i, k in enumerate(self.kinds) if k == DEVICE]
+
+    @property
+    def int_inputs(self) -> list[int]:
+        return [i for i, k in enumerate(self.kinds) if k == INT]
+
+
+def plan(gm: GraphModule) -> Plan:
+    """Read ``gm`` (see the module docstring)."""
+    nodes = list(gm.graph.nodes)
+    phs = [n for n in nodes if n.op == "placeholder"]
+    p = Plan(gm, phs, [])
+    for n in phs:
+        v = n.meta.get("val")
+        if isinstance(v, (int, torch.SymInt)):
+            p.kinds.append(INT)
+        elif not _fake(v):
+            p.reason = f"input {n.name} is {type(v).__name__}, not a tensor or an int"
+        elif v.device.type == "xla":
+            p.kinds.append(DEVICE)
+        elif v.device.type == "cpu" and v.dim() == 0:
+            p.kinds.append(HOST)
+        else:
+            p.reason = f"input {n.name} is a {v.device} tensor of shape {list(v.shape)}, not xla"
+        if isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in v.shape):
+            p.symbolic = True
+        p.symbolic = p.symbolic or isinstance(v, torch.SymInt)
+        if p.reason:
+            return p
+    p.reason = _unlowerable(gm, nodes)
+    if p.reason is None:
+        p.reason = _results(p, nodes)
+    if p.reason is None:
+        p.reason = _host_part(p)
+    return p
+
+
+def _unlowerable(gm: GraphModule, nodes: list[Node]) -> str | None:
+    for n in nodes:
+        if n.op == "get_attr":
             c = getattr(gm, n.target, None)
             if not isinstance(c, torch.Tensor) or c.device.type != "cpu":
                 return f"constant {n.target} is not a CPU tensor"
         elif n.op == "call_function":
             t = n.target
-            if t is operator.getitem or t in _IDENTITY:
+            if t is operator.getitem or t in _IDENTITY or t in _SIZES:
+                continue
+            if t is _MUTATION:
+                if n.args[0].op != "placeholder" or n.users:
+                    return "an in-place update of a value that is not an input"
                 continue
             if _lowering(t) is None:
                 return f"{t} has no lowering"
-            vals = n.meta.get("val")
-            for v in vals if isinstance(vals, (tuple, list)) else (vals,):
+            for v in _vals(n):
                 if v is not None and not _fake(v):
                     return f"{t} returns {type(v).__name__}"
-        elif n.op != "output":
+        elif n.op not in ("placeholder", "output"):
             return f"{n.op} node {n.name}"
     return None
 
 
-def _aval(v: Any) -> tuple | None:
-    return None if v is None else (tuple(int(s) for s in v.shape), v.dtype)
+def _results(p: Plan, nodes: list[Node]) -> str | None:
+    index = {n: i for i, n in enumerate(p.placeholders)}
+    (out_node,) = [n for n in nodes if n.op == "output"]
+    results = out_node.args[0]
+    results = list(results) if isinstance(results, (tuple, list)) else [results]
+    dev_out: list[Node] = []
+    host_out: list[Node] = []
+    for r in results:
+        if r is None:
+            p.outputs.append(None)
+        elif r.op == "placeholder":
+            p.outputs.append(("in", index[r]))
+        elif not _fake(r.meta.get("val")):
+            return f"output {r.name} is not a tensor"
+        elif _on_host(r):
+            p.outputs.append(("host", len(host_out)))
+            host_out.append(r)
+        else:
+            p.outputs.append(("dev", len(dev_out)))
+            dev_out.append(r)
+    p.device_results, p.host_results = dev_out, host_out
+    p.n_device_outputs, p.n_host_outputs = len(dev_out), len(host_out)
+    updated: set[int] = set()
+    for n in nodes:
+        if n.op == "call_function" and n.target is _MUTATION:
+            i = index[n.args[0]]
+            if i in updated:
+                return f"input {n.args[0].name} is updated twice"
+            updated.add(i)
+            if p.kinds[i] == DEVICE:
+                p.device_results.append(n.args[1])
+                p.device_updates.append(i)
+            elif p.kinds[i] == HOST:
+                p.host_results.append(n.args[1])
+                p.host_updates.append(i)
+            else:
+                return f"input {n.args[0].name} is an int updated in place"
+    groups: dict[torch.dtype, list[int]] = {}
+    for i, k in enumerate(p.kinds):
+        if k == HOST:
+            groups.setdefault(p.placeholders[i].meta["val"].dtype, []).append(i)
+    p.groups = list(groups.items())
+    return None
+
+
+def _host_part(p: Plan) -> str | None:
+    """``p.host``: a graph computing the host results from the CPU and int inputs alone."""
+    if not p.host_results:
+        return None
+    needed: list[Node] = []
+    seen: set[Node] = set()
+    stack = list(p.host_results)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op == "placeholder":
+            if p.kinds[p.placeholders.index(n)] == DEVICE:
+                return f"a CPU value is computed from the device input {n.name}"
+        elif n.op == "call_function" and not _on_host(n):
+            return f"a CPU value is computed from the device value {n.name}"
+        needed.append(n)
+        stack.extend(n.all_input_nodes)
+    g = Graph()
+    env: dict[Node, Node] = {}
+    for i, n in enumerate(p.placeholders):
+        if p.kinds[i] != DEVICE:
+            env[n] = g.placeholder(n.name)
+    for n in p.gm.graph.nodes:
+        if n in seen and n.op != "placeholder":
+            env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(tuple(env[r] for r in p.host_results))
+    p.host = GraphModule(p.gm, g)
+    return None
+
+
+# --------------------------------------------------------------------------- one binding
+
+Aval = tuple[tuple[int, ...], torch.dtype]
+
+
+def binding(p: Plan, args: list) -> dict[Any, int] | None:
+    """The concrete value of every size symbol of ``p``'s inputs in this call (sympy symbol ->
+    int); None if a size is an expression, not a symbol (not bound here)."""
+    bind: dict[Any, int] = {}
+    for n, k, a in zip(p.placeholders, p.kinds, args, strict=True):
+        v = n.meta["val"]
+        pairs = [(v, a)] if k == INT else list(zip(v.shape, a.shape, strict=True))
+        for s, got in pairs:
+            if isinstance(s, torch.SymInt):
+                expr = s.node.expr
+                if not expr.is_Symbol:
+                    if not expr.free_symbols:
+                        continue
+                    return None
+                bind[expr] = int(got)
+    return bind
+
+
+def concrete(s: Any, bind: dict[Any, int]) -> int:
+    if isinstance(s, torch.SymInt):
+        expr = s.node.expr
+        value = expr.xreplace(bind) if hasattr(expr, "xreplace") else expr
+        if not (isinstance(value, int) or value.is_Integer):
+            raise NotImplementedError(f"size {s} is not fixed by the inputs' sizes")
+        return int(value)
+    return int(s)
+
+
+def aval(v: Any, bind: dict[Any, int]) -> Aval | None:
+    return None if v is None else (tuple(concrete(s, bind) for s in v.shape), v.dtype)
 
 
 def _wide(n: Node) -> bool:
     dts = [a.meta["val"].dtype for a in n.all_input_nodes if _fake(a.meta.get("val"))]
-    vals = n.meta.get("val")
-    for v in vals if isinstance(vals, (tuple, list)) else (vals,):
-        if _fake(v):
-            dts.append(v.dtype)
+    dts += [v.dtype for v in _vals(n) if _fake(v)]
     return any(d in WIDE_DTYPES for d in dts)
 
 
@@ -111,45 +374,41 @@ def _fp32(n: Node, now: dict[str, str]) -> dict[str, str]:
 
 
 def build(
-    gm: GraphModule, now: dict[str, str] | None = None
-) -> tuple[Callable[..., list], list[int | None]]:
-    """``(fn, outs)``: ``fn(*arrays)`` returns the graph's tensor outputs that are computed
-    (not inputs, not None); ``outs[j]`` says where output ``j`` comes from: ``("in", i)`` the
-    graph's input ``i``, ``("out", k)`` the function's result ``k``, or None. Float32 matrix
-    products and convolutions lower with the precision settings ``now`` (default: torch's
-    now, ``precision.settings``)."""
-    now = precision.settings() if now is None else now
-    nodes = list(gm.graph.nodes)
+    p: Plan, bind: dict[Any, int], ints: dict[int, int], now: dict[str, str]
+) -> Callable[..., list]:
+    """``fn(*device_arrays, *packed_scalars)`` -> the device results of ``p`` for one binding
+    of its sizes (``ints``: the int inputs' values, by input position); float32 matrix
+    products and convolutions lower with the precision settings ``now``
+    (``precision.settings``)."""
+    nodes = list(p.gm.graph.nodes)
     consts = {
-        n.target: jnp.asarray(getattr(gm, n.target).numpy()) for n in nodes if n.op == "get_attr"
+        n.target: jnp.asarray(getattr(p.gm, n.target).numpy()) for n in nodes if n.op == "get_attr"
     }
-    placeholders = [n for n in nodes if n.op == "placeholder"]
-    (out_node,) = [n for n in nodes if n.op == "output"]
-    results = out_node.args[0]
-    results = list(results) if isinstance(results, (tuple, list)) else [results]
-    where: list[Any] = []
-    computed: list[Node] = []
-    for r in results:
-        if r is None:
-            where.append(None)
-        elif r.op == "placeholder":
-            where.append(("in", placeholders.index(r)))
-        else:
-            where.append(("out", len(computed)))
-            computed.append(r)
     steps = []
     for n in nodes:
-        if n.op == "call_function":
-            t = n.target
-            fn = None if t is operator.getitem or t in _IDENTITY else _lowering(t)
-            vals = n.meta.get("val")
-            avals = (
-                tuple(_aval(v) for v in vals) if isinstance(vals, (tuple, list)) else (_aval(vals),)
-            )
-            steps.append((n, fn, avals, isinstance(vals, (tuple, list)), str(t), _fp32(n, now)))
+        if n.op != "call_function" or n.target is _MUTATION:
+            continue
+        t = n.target
+        fn = None if t is operator.getitem or t in _IDENTITY else _SIZES.get(t) or _lowering(t)
+        vals = n.meta.get("val")
+        multi = isinstance(vals, (tuple, list))
+        avals = tuple(aval(v, bind) if _fake(v) else None for v in _vals(n))
+        steps.append((n, fn, avals, multi, t in _SIZES, str(t), _fp32(n, now)))
+    dev = p.device_inputs
+    results = p.device_results
+    # each result as the graph gives it; an update as the input it replaces (copy_ casts and
+    # broadcasts)
+    final = [aval(r.meta["val"], bind) for r in results[: p.n_device_outputs]]
+    final += [aval(p.placeholders[i].meta["val"], bind) for i in p.device_updates]
 
     def fn(*arrays: Any) -> list:
-        env: dict[Node, Any] = dict(zip(placeholders, arrays, strict=True))
+        env: dict[Node, Any] = {p.placeholders[i]: a for i, a in zip(dev, arrays, strict=False)}
+        packed = arrays[len(dev) :]
+        for (_, members), values in zip(p.groups, packed, strict=True):
+            for j, i in enumerate(members):
+                env[p.placeholders[i]] = values[j]
+        for i, value in ints.items():
+            env[p.placeholders[i]] = value
         for n in nodes:
             if n.op == "get_attr":
                 env[n] = consts[n.target]
@@ -157,7 +416,7 @@ def build(
         def look(a: Any) -> Any:
             return env[a] if isinstance(a, Node) else a
 
-        for n, low, avals, multi, name, fp32 in steps:
+        for n, low, avals, multi, sizes, name, fp32 in steps:
             args = map_aggregate(n.args, look)
             kwargs = map_aggregate(n.kwargs, look)
             if n.target is operator.getitem:
@@ -165,6 +424,9 @@ def build(
                 continue
             if low is None:
                 env[n] = args[0]
+                continue
+            if sizes:
+                env[n] = low(*args, **kwargs)
                 continue
             args, kwargs = _scalars(n, args, kwargs)
             if fp32:
@@ -180,6 +442,10 @@ def build(
                 if isinstance(res, (tuple, list)):
                     res = res[0]
                 env[n] = conform_result(res, avals[0], name)
-        return [env[r] for r in computed]
+        return [conform_result(env[r], a, "result") for r, a in zip(results, final, strict=True)]
 
-    return fn, where
+    return fn
+
+
+def packed_dtype(dtype: torch.dtype) -> np.dtype:
+    return np.dtype(jax_dtype(dtype))

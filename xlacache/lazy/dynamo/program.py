@@ -1,14 +1,18 @@
-"""One AOTAutograd graph as one cached executable, called on the inputs' device arrays.
+"""One AOTAutograd graph as cached executables, called on the inputs' device arrays.
 
-``CompiledGraph`` is what the backend gives AOTAutograd for a forward or backward graph it
-can lower (``lower.unsupported`` is None). A call takes the lazy tensors' device arrays
-(pending values are computed first, by the lazy executor), picks the executable for their
-shapes, dtypes and placements (in memory; else through an alias entry of the persistent
-cache, as the lazy executor does, keyed by the graph's code, its constants, those input
-avals and the lowering code's fingerprint; else lowered and compiled, then aliased), runs it
-and wraps its results as lazy tensors holding device data: no per-op tracing. ``LazyGraph``
-runs a graph op by op on lazy tensors instead (lazy tracing): graphs that cannot be lowered,
-and any graph whose lowering failed.
+``CompiledGraph`` is what the backend gives AOTAutograd for a forward, backward or inference
+graph it can lower (``lower.plan(gm).reason`` is None). A call takes the lazy tensors' device
+arrays (pending values are computed first, by the lazy executor) and the 0-d CPU tensors'
+values (packed per dtype), picks the executable for the binding of the graph's symbolic sizes
+(one for a static graph: Dynamo's guards fix its shapes and dtypes), runs it, gives the
+updated inputs their new values in place (their buffers donated where nothing else holds
+them) and wraps the results as lazy tensors holding device data: no per-op tracing. The
+executable comes from memory, else through an alias entry of the persistent cache (keyed by
+the graph's code, its constants, the input shapes and dtypes, the int inputs and the lowering
+code's fingerprint), else it is lowered, compiled and aliased.
+
+``LazyGraph`` runs a graph op by op on lazy tensors instead (lazy tracing): graphs that cannot
+be lowered, and any graph whose lowering failed (announced once, with the reason).
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 import functools
 import gc
 import hashlib
+import sys
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +34,33 @@ import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx import GraphModule
 
-from xlacache import executables
+from xlacache import counters, executables
 
 from .. import metrics
 from ..executor import materialize
-from ..graph import DATA, data_node
+from ..graph import DATA, Node, leaf_prefix
 from ..identity import lowering_fingerprint
 from ..lowering import jax_dtype, precision, x64
-from ..record import value
-from ..tensor import LazyTensor
+from ..record import assign
+from ..state import STATE
+from ..tensor import LOCK, LazyTensor, new_lazy
 from . import lower
 
-FORMAT = 2  # versions the graph key below (2: float32 precision settings)
-REASONS: list[str] = []  # why graphs run lazily (fallbacks), newest last, bounded
+FORMAT = 3  # versions the graph key below (2: float32 precision settings; 3: whole steps)
 _MAX_REASONS = 100
+_REASONS: list[str] = STATE.dynamo_reasons
+_refcount = sys.getrefcount
+_increment_version = torch._C._increment_version
 
 
-def note_fallback(reason: str) -> None:
+def note_fallback(reason: str, warn: bool = False) -> None:
+    """Count a graph that runs lazily and keep why (``report()``); ``warn``: say it once."""
     metrics.counter_inc("CompiledGraphFallback")
-    REASONS.append(reason)
-    del REASONS[:-_MAX_REASONS]
+    _REASONS.append(reason)
+    del _REASONS[:-_MAX_REASONS]
+    if warn and reason not in STATE.dynamo_warned:
+        STATE.dynamo_warned.add(reason)
+        warnings.warn(f"xlacache.lazy.dynamo: a graph runs lazily: {reason}", stacklevel=3)
 
 
 @functools.cache
@@ -64,15 +77,26 @@ def _unboxed(args: tuple) -> Any:
     return args[0] if len(args) == 1 and isinstance(args[0], list) else list(args)
 
 
+def _holders(c: Any) -> int:
+    """How many cells hold the value tuple of the cell ``c`` as their own: 1 for a tensor with
+    no root, 2 for a plain alias of its root (same value, no view op between), 0 for a view."""
+    r = c._root
+    if r is None:
+        return 1
+    if c._chain or c._rgen != r._gen or r._v is not c._v:
+        return 0
+    return 2
+
+
 class LazyGraph:
     """Runs ``gm`` op by op on lazy tensors (boxed calling convention)."""
 
     _boxed_call = True
 
-    def __init__(self, gm: GraphModule, reason: str) -> None:
+    def __init__(self, gm: GraphModule, reason: str, warn: bool = False) -> None:
         self.gm = gm
-        self._boxed_call = True  # on the instance too: kept by Dynamo's wrapper of a backward
-        note_fallback(reason)
+        self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy it (wraps)
+        note_fallback(reason, warn)
 
     def __call__(self, *args: Any) -> Any:
         args = _unboxed(args)
@@ -80,34 +104,52 @@ class LazyGraph:
         return self.gm(*args)
 
 
-def _mixed(i: int, x: Any) -> RuntimeError:
+def _host_scalar(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() == 0
+
+
+def _mixed(i: int, x: Any, want: str) -> RuntimeError:
     what = f"{x.device} tensor of shape {list(x.shape)}" if isinstance(x, torch.Tensor) else x
     return RuntimeError(
-        f"xlacache.lazy.dynamo: input {i} of a compiled graph is a {what}, not an xla tensor; "
+        f"xlacache.lazy.dynamo: input {i} of a compiled graph is a {what}, not {want}; "
         "move it with .to(xl.device())"
     )
 
 
+@dataclass
+class _Program:
+    """One binding's executable and what its results are."""
+
+    run: Callable[..., Any]  # donating the updated inputs' buffers
+    plain: Callable[..., Any] | None  # donating nothing (built when first needed)
+    fn: Callable[..., list]  # the JAX function (to build ``plain``)
+    avals: list  # its arguments' shapes and dtypes
+    outs: list[tuple[torch.Tensor, tuple, bytes]]  # per device output: meta, leaf avals, prefix
+    updates: list[tuple[tuple, bytes]]  # per updated input: its leaf's avals and prefix
+    digest: bytes
+    signature: dict
+
+
 class CompiledGraph:
-    """A lowerable AOTAutograd graph: executables by input avals (boxed calling convention)."""
+    """A lowerable AOTAutograd graph: executables by size binding (boxed calling convention)."""
 
     _boxed_call = True
 
-    def __init__(self, gm: GraphModule, what: str) -> None:
+    def __init__(self, gm: GraphModule, what: str, plan: lower.Plan) -> None:
         with unset_fake_temporarily():  # AOTAutograd compiles under its fake mode
-            self._init(gm, what)
+            self._init(gm, what, plan)
 
-    def _init(self, gm: GraphModule, what: str) -> None:
+    def _init(self, gm: GraphModule, what: str, plan: lower.Plan) -> None:
+        self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy it (wraps)
         self.gm = gm
-        self._boxed_call = True  # on the instance too: kept by Dynamo's wrapper of a backward
         self.what = what
-        self.built_under = precision.settings()
-        self.fn, self.where = lower.build(gm, self.built_under)
-        outs = gm.graph.output_node().args[0]
-        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-        vals = [o.meta["val"] for o in outs if o is not None and o.op != "placeholder"]
-        self.metas = [torch.empty(tuple(v.shape), dtype=v.dtype, device="meta") for v in vals]
-        self.out_sig = [[list(v.shape), np.dtype(jax_dtype(v.dtype)).name] for v in vals]
+        self.plan = plan
+        self.dev = plan.device_inputs
+        self.host_inputs = [i for i, k in enumerate(plan.kinds) if k != lower.DEVICE]
+        self.ints = plan.int_inputs
+        self.static = not plan.symbolic and not self.ints
+        self.donated = tuple(self.dev.index(i) for i in plan.device_updates)
+        self.groups = [(lower.packed_dtype(d), members) for d, members in plan.groups]
         h = hashlib.blake2b(f"xlacache.lazy.dynamo/{FORMAT}\n".encode(), digest_size=16)
         h.update(gm.code.encode())
         for n in gm.graph.nodes:
@@ -116,70 +158,196 @@ class CompiledGraph:
                 h.update(f"{n.target} {c.dtype} {list(c.shape)}\n".encode())
                 h.update(c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b"")
         self.code_digest = h.digest()
-        self.executables: dict[tuple, Any] = {}
+        self.programs: dict[tuple, _Program] = {}
         self.fallback: LazyGraph | None = None
 
     def __call__(self, *args: Any) -> list:
         args = _unboxed(args)
         if self.fallback is not None:
             return self.fallback(*args)
-        arrays = self._arrays(args)
-        now = precision.settings()  # float32 precision: part of what an executable computes
-        spec = (tuple((a.shape, a.dtype, a.sharding) for a in arrays), *now.values())
-        exe = self.executables.get(spec)
-        if exe is None:
+        with LOCK:
+            arrays = self._arrays(args)
+            packed = self._packed(args)
+            now = precision.settings()  # float32 precision: part of what a program computes
+            key: tuple = (*now.values(), *(() if self.static else self._key(args)))
+            if STATE.spmd:
+                key += tuple(a.sharding for a in arrays)
+            prog = self.programs.get(key)
+            if prog is None:
+                try:
+                    prog = self._program(args, arrays, packed, now)
+                except Exception as e:  # noqa: BLE001 - never a wrong number: run it lazily
+                    counters.hidden("dynamo.lowering", e)
+                    self.fallback = LazyGraph(self.gm, f"{self.what}: {e}", warn=True)
+                    return self.fallback(*args)
+                self.programs[key] = prog
+            p = self.plan
+            host = p.host(*[args[i] for i in self.host_inputs]) if p.host is not None else ()
+            run = prog.run if self._exclusive(args, arrays) else self._plain(prog)
+            t0 = time.perf_counter_ns()
+            with x64():
+                results = run(*arrays, *packed)
+            metrics.metric_add("CompiledGraphExecuteTime", time.perf_counter_ns() - t0)
+            metrics.counter_inc("CompiledGraphExecute")
+            out = self._outputs(args, results, host, prog)
+            self._update(args, results, host, prog)
+        return out
+
+    # -- inputs
+
+    def _arrays(self, args: list) -> list:
+        arrays = []
+        pending = []
+        for i in self.dev:
+            a = args[i]
+            c = getattr(a, "_c", None)
+            if c is None or not isinstance(a, LazyTensor):
+                raise _mixed(i, a, "an xla tensor")
+            r = c._root
+            n = c._v[0] if r is None or c._rgen == r._gen else None
+            if n is None or n.op is not DATA:
+                pending.append(a)
+            arrays.append(n)
+        if pending:
+            materialize(pending)
+            return [args[i]._c._v[0].data for i in self.dev]
+        return [n.data for n in arrays]
+
+    def _packed(self, args: list) -> list:
+        """The 0-d CPU tensors' values, one array per dtype (their values now: copies)."""
+        out = []
+        for np_dtype, members in self.groups:
             try:
-                exe = self._compile(arrays, now)
-            except Exception as e:  # noqa: BLE001 - never a wrong number: run it lazily
-                self.fallback = LazyGraph(self.gm, f"{self.what}: {e}")
-                warnings.warn(
-                    f"xlacache.lazy.dynamo: a {self.what} graph runs lazily: {e}", stacklevel=2
-                )
-                return self.fallback(*args)
-            self.executables[spec] = exe
-        t0 = time.perf_counter_ns()
-        with x64():
-            results = exe(*arrays)
-        metrics.metric_add("CompiledGraphExecuteTime", time.perf_counter_ns() - t0)
-        metrics.counter_inc("CompiledGraphExecute")
+                out.append(np.array([args[i].item() for i in members], np_dtype))
+            except Exception as e:
+                bad = next((i for i in members if not _host_scalar(args[i])), members[0])
+                raise _mixed(bad, args[bad], "a 0-d CPU tensor") from e
+        return out
+
+    def _key(self, args: list) -> tuple:
+        ints = tuple(int(args[i]) for i in self.ints)
+        shapes = tuple(tuple(args[i].shape) for i in self.dev if self.plan.symbolic)
+        return (ints, shapes)
+
+    def _exclusive(self, args: list, arrays: list) -> bool:
+        """Does nothing but the updated inputs themselves hold their values (their buffers can
+        be donated)? Counted references: the value tuple's holders (the tensor's cell, and its
+        root's for an alias such as a parameter), the node and its array, and the names here
+        and in ``arrays``; anything more (another tensor, a pending node, a second input)
+        keeps the buffer."""
+        for i in self.plan.device_updates:
+            c = args[i]._c
+            holders = _holders(c)
+            v = c._v
+            n = v[0]
+            if not holders or _refcount(v) > holders + 2:
+                return False
+            if _refcount(n) > 3 or _refcount(n.data) > 3:
+                return False
+        return True
+
+    # -- results
+
+    def _outputs(self, args: list, results: list, host: tuple, prog: _Program) -> list:
         out: list[Any] = []
-        for w in self.where:
+        outs = prog.outs
+        for w in self.plan.outputs:
             if w is None:
                 out.append(None)
+            elif w[0] == "dev":
+                meta, avals, prefix = outs[w[1]]
+                node = Node(DATA, (), None, avals, data=results[w[1]], prefix=prefix)
+                out.append(new_lazy(meta, avals[0], (node, 0)))
             elif w[0] == "in":
                 out.append(args[w[1]])
             else:
-                meta = self.metas[w[1]]
-                out.append(LazyTensor(meta, (data_node(results[w[1]], meta.dtype), 0)))
+                out.append(host[w[1]])
         return out
 
-    def _arrays(self, args: list) -> list:
-        pending = []
-        for i, a in enumerate(args):
-            if not isinstance(a, LazyTensor):
-                raise _mixed(i, a)
-            if value(a)[0].op is not DATA:
-                pending.append(a)
-        if pending:
-            materialize(pending)
-        return [value(a)[0].data for a in args]
+    def _update(self, args: list, results: list, host: tuple, prog: _Program) -> None:
+        p = self.plan
+        first = p.n_device_outputs
+        updated = []
+        for j, i in enumerate(p.device_updates):
+            t = args[i]
+            avals, prefix = prog.updates[j]
+            v = (Node(DATA, (), None, avals, data=results[first + j], prefix=prefix), 0)
+            c = t._c
+            r = c._root
+            if r is None:
+                c._v = v
+                c._gen += 1
+            elif _holders(c):  # an alias of its root (a parameter): the root's value too
+                r._v = c._v = v
+                r._gen += 1
+                c._rgen = r._gen
+            else:  # a view: written through to its base
+                assign(t, LazyTensor(c._meta, v))
+            updated.append(t)
+        if p.host_updates:  # the CPU tensors (step counters) in one op
+            targets = [args[i] for i in p.host_updates]
+            torch._foreach_copy_(targets, list(host[p.n_host_outputs :]))
+        if updated:
+            _increment_version(updated)  # as an in-place op would: autograd checks saved values
 
-    def _signature(self, arrays: list) -> dict[str, list]:
-        inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in arrays]
-        return {"inputs": inputs, "outputs": self.out_sig, "donated": []}
+    # -- compiling
 
-    def _compile(self, arrays: list, now: dict[str, str]) -> Callable[..., Any]:
+    def _program(self, args: list, arrays: list, packed: list, now: dict[str, str]) -> _Program:
         for a in arrays:
             if len(a.sharding.device_set) != 1:
                 raise NotImplementedError("inputs placed on several devices (SPMD)")
+        p = self.plan
+        bind = lower.binding(p, args)
+        if bind is None:
+            raise NotImplementedError("an input size is an expression of others")
+        ints = {i: int(args[i]) for i in self.ints}
+        fn = lower.build(p, bind, ints, now)
+        vals = [r.meta["val"] for r in p.device_results[: p.n_device_outputs]]
+        metas = [torch.empty(lower.aval(v, bind)[0], dtype=v.dtype, device="meta") for v in vals]
+        update_dtypes = [p.placeholders[i].meta["val"].dtype for i in p.device_updates]
+        outs = []
+        for m in metas:
+            leaf = ((tuple(m.shape), m.dtype),)
+            outs.append((m, leaf, leaf_prefix(DATA, leaf)))
+        updates = []
+        for i, d in zip(p.device_updates, update_dtypes, strict=True):
+            leaf = ((tuple(arrays[self.dev.index(i)].shape), d),)
+            updates.append((leaf, leaf_prefix(DATA, leaf)))
         h = hashlib.blake2b(self.code_digest, digest_size=16)
         h.update(f"fp32 {sorted(now.items())};".encode())
-        fn = self.fn if now == self.built_under else lower.build(self.gm, now)[0]
-        for a in arrays:
+        for a in (*arrays, *packed):
             h.update(f"{tuple(a.shape)} {np.dtype(a.dtype).name};".encode())
-        signature = self._signature(arrays)
+        h.update(f"ints {sorted(ints.items())};donated {self.donated}".encode())
+        results = [[list(m.shape), np.dtype(jax_dtype(m.dtype)).name] for m in metas]
+        results += [
+            [list(arrays[self.dev.index(i)].shape), np.dtype(jax_dtype(d)).name]
+            for i, d in zip(p.device_updates, update_dtypes, strict=True)
+        ]
+        inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in (*arrays, *packed)]
+        signature = {"inputs": inputs, "outputs": results, "donated": list(self.donated)}
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (*arrays, *packed)]
+        run = self._compile(fn, h.digest(), signature, avals, self.donated)
+        plain = None if self.donated else run
+        return _Program(run, plain, fn, avals, outs, updates, h.digest(), signature)
+
+    def _plain(self, prog: _Program) -> Callable[..., Any]:
+        """The program without donation (an updated input's buffer is held elsewhere)."""
+        if prog.plain is None:
+            digest = hashlib.blake2b(prog.digest + b"plain", digest_size=16).digest()
+            sig = {**prog.signature, "donated": []}
+            prog.plain = self._compile(prog.fn, digest, sig, prog.avals, ())
+        return prog.plain
+
+    def _compile(
+        self,
+        fn: Callable[..., Any],
+        digest: bytes,
+        signature: dict,
+        avals: list,
+        donated: tuple[int, ...],
+    ) -> Callable[..., Any]:
         t0 = time.perf_counter_ns()
-        alias = executables.alias_key(h.digest(), fingerprint())
+        alias = executables.alias_key(digest, fingerprint())
         if alias is not None:
             program = executables.load(alias, signature)
             if program is not None:
@@ -191,7 +359,8 @@ class CompiledGraph:
         try:
             with warnings.catch_warnings(), x64():
                 warnings.filterwarnings("ignore", message=".*[Dd]onat.*")
-                lowered = jax.jit(fn, keep_unused=True).lower(*arrays)
+                jitted = jax.jit(fn, donate_argnums=donated, keep_unused=True)
+                lowered = jitted.lower(*avals)
                 metrics.counter_inc("CompiledGraphLowering")
                 with executables.capture() as compiled_here:
                     compiled = lowered.compile()
