@@ -80,7 +80,11 @@ def jax_part(args: argparse.Namespace, tmp: Path) -> dict:
                 "cold_first_step_s": cold["first_step_s"],
                 "warm_first_step_s": warm["first_step_s"],
                 "steady_step_s": cold["steady_step_s"],
+                "warm_loss_equal": cold["loss"] == warm["loss"],
             }
+            if mode == "xlacache":  # what the warm process compiled: nothing, if it loaded
+                out[mode]["cold_misses"] = cold["xlacache_stats"]["misses"]
+                out[mode]["warm_misses"] = warm["xlacache_stats"]["misses"]
         return out
     finally:
         for k, v in old.items():

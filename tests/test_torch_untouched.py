@@ -112,3 +112,25 @@ def test_manual_seed_restarts_the_device_stream_through_torchs_hook():
     torch.manual_seed(5)  # the same seed again: the device stream restarts
     b = torch.randn(4, device=dev).cpu()
     assert torch.equal(a, b)
+
+
+CPU_BACKWARD_FIRST = """
+import torch
+import xlacache.lazy as xl
+w = torch.ones(3, requires_grad=True)
+(w * 2).sum().backward()  # autograd's engine starts here, before the device's first use
+dev = xl.device()
+v = torch.ones(3, device=dev, requires_grad=True)
+(v * 3).sum().backward()
+print(w.grad.tolist(), v.grad.cpu().tolist())
+"""
+
+
+@pytest.mark.slow
+def test_a_cpu_backward_before_the_devices_first_use_leaves_the_device_working():
+    """torch's autograd engine sizes its device queues at the first backward of the process,
+    from the device guards registered then: the xla guard is registered at import."""
+    out = subprocess.run([sys.executable, "-c", CPU_BACKWARD_FIRST], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[-2] == "[2.0, 2.0, 2.0] [3.0, 3.0, 3.0]"

@@ -69,8 +69,9 @@ LAZY_SETTINGS: tuple[Setting, ...] = (
     _lazy("cpu_num_devices", POSITIVE, None, "CPU_NUM_DEVICES",
           "CPU devices per process (torch_xla's; jax_num_cpu_devices)", "docs/spmd.md"),
     _lazy("coordinator", ADDRESS, None, "XLACACHE_COORDINATOR",
-          "jax.distributed's coordinator (xl.launch sets it; else MASTER_ADDR and "
-          "MASTER_PORT + 1)", "docs/distributed.md"),
+          "jax.distributed's coordinator (xl.launch sets it; torchrun: a free port "
+          "at MASTER_ADDR, agreed through torchrun's store; else MASTER_PORT + 1)",
+          "docs/distributed.md"),
     _lazy("gloo_log", BOOL, False, "XLACACHE_GLOO_LOG",
           "show Gloo's '[Gloo] Rank N is connected to M peer ranks' lines (multi-process "
           "jobs; off: filtered out of standard output)", "docs/distributed.md"),

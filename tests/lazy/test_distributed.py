@@ -3,10 +3,17 @@ spawned processes on loopback, ``jax.distributed`` with gloo collectives."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
 import pytest
 import torch
 
 import xlacache.lazy as xl
+from tests.conftest import child_env
 from tests.lazy import _dist_workers as workers
 from xlacache.lazy.distributed.launch import LaunchError
 from xlacache.stores.local import LocalStore
@@ -147,3 +154,47 @@ def test_a_four_process_job_compiles_each_program_once_and_readers_write_nothing
     for r in warm:
         assert r["counters"]["UncachedCompile"] == 0 and r["stats"]["misses"] == 0, r["stats"]
         assert r["stats"]["writes"] == 0 and r["losses"] == writer["losses"]
+
+
+@contextlib.contextmanager
+def _listening_above_a_free_port() -> Iterator[int]:
+    """A free port P while something listens on P + 1."""
+    for _ in range(50):
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1] - 1
+            try:
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            yield port
+            return
+    raise AssertionError("no free port below a listening one in 50 tries")
+
+
+TORCHRUN_JOINS = """
+import jax
+from xlacache.lazy.distributed import env
+job = env.join()
+print(job.rank, job.coordinator, jax.process_count(), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_workers_agree_on_a_free_coordinator_port_through_torchruns_store(tmp_path):
+    """MASTER_PORT + 1 is often taken (torchrun's own connections get ports next to
+    MASTER_PORT, and JAX's coordinator aborts the process when it cannot bind): here it is."""
+    script = tmp_path / "joins.py"
+    script.write_text(TORCHRUN_JOINS)
+    with _listening_above_a_free_port() as port:
+        run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+        run += ["--master_addr", "127.0.0.1", "--master_port", str(port), str(script)]
+        out = subprocess.run(run, capture_output=True, text=True, timeout=300, env=child_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = sorted(line.split() for line in out.stdout.splitlines() if line[:1].isdigit())
+    assert [line[0] for line in lines] == ["0", "1"] and lines[0][1:] == lines[1][1:]
+    host, _, agreed = lines[0][1].rpartition(":")
+    assert host == "127.0.0.1" and int(agreed) not in (port, port + 1)
+    assert lines[0][2] == "2"  # one jax.distributed job of two processes

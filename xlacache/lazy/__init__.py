@@ -11,6 +11,7 @@ executed. Names follow torch_xla so that code ports by changing imports::
 
 from __future__ import annotations
 
+import contextlib as _contextlib
 from typing import Any
 
 import jax as _jax
@@ -174,6 +175,16 @@ def _cache_from_environment() -> None:
 
 
 _cache_from_environment()
+
+
+def _guard_at_import() -> None:
+    """The xla device guard, before anything runs a backward (``_device.install_guard``).
+    Where it cannot be built now (torch 2.9 without a C++ compiler), ``device()`` says why."""
+    with _contextlib.suppress(Exception):  # device() installs it again and raises why
+        _device.install_guard()
+
+
+_guard_at_import()
 
 
 def _install_dynamo_rules() -> None:

@@ -8,9 +8,13 @@ Two things a C++ backend normally provides are set up here:
   ``empty_strided``, ``arange``...). Everything else reaches ``LazyTensor.__torch_dispatch__``
   because lazy tensors carry the Python dispatch key.
 
-Both are registered when the device is first used (``xl.device()``), never at import, and
-concern the ``xla`` device only; ``activate``/``deactivate`` also run what the rest of the
-runtime installs then (the undo of each is kept for ``xl.uninstall()``).
+The guard is registered at import (``install_guard``), as torch_xla's extension does: torch's
+autograd engine sizes its per-device queues once, at the process's first backward, from the
+guards registered then, so a guard that comes later (a CPU backward first, then the device)
+crashes every backward on the device. The factory kernels are registered when the device is
+first used (``xl.device()``). Both concern the ``xla`` device only; ``activate``/``deactivate``
+also run what the rest of the runtime installs then (the undo of each is kept for
+``xl.uninstall()``).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ def install(
     ``aten::_copy_from`` (CPU <-> device copies with no Python key) to ``copy_from``."""
     if _state["done"]:
         return
-    _state["guard"] = torch_internals.install_xla_guard()  # kept alive
+    install_guard()
     lib = torch.library.Library("aten", "IMPL")
     for op in torch_internals.aten_ops(*_FACTORIES.split()):
         lib.impl(op, _bind(factory, op), "XLA")
@@ -47,6 +51,12 @@ def install(
         lib.impl(torch.ops.aten._copy_from.default, copy_from, "XLA")
     _state["libs"].append(lib)
     _state["done"] = True
+
+
+def install_guard() -> None:
+    """Register the ``DeviceType::XLA`` guard (once per process; kept alive)."""
+    if "guard" not in _state:
+        _state["guard"] = torch_internals.install_xla_guard()
 
 
 def _bind(factory: Callable[[Any, tuple, dict], Any], op: Any) -> Callable[..., Any]:

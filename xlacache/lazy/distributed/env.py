@@ -2,8 +2,9 @@
 
 A job is described by the environment, as torchrun and ``launch`` set it: ``RANK``,
 ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, and the coordinator's address in
-``XLACACHE_COORDINATOR`` (``launch``), else ``MASTER_ADDR`` and ``MASTER_PORT + 1`` (torchrun's
-own store holds ``MASTER_PORT``). ``start()`` initializes ``jax.distributed`` with bounded
+``XLACACHE_COORDINATOR`` (``launch``); under torchrun, rank 0 picks a free port at
+``MASTER_ADDR`` and publishes it through torchrun's own store (``MASTER_PORT``); else
+``MASTER_ADDR`` and ``MASTER_PORT + 1``. ``start()`` initializes ``jax.distributed`` with bounded
 timeouts; it must run before anything starts JAX's backend. ``join()`` does it from the
 environment when nothing has (SPMD under torchrun), or adopts a ``jax.distributed`` runtime
 the script started itself.
@@ -16,7 +17,9 @@ as JAX reads it), applied at import of ``xlacache.lazy`` and in every worker.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import socket
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 from xlacache.lazy_settings import lazy_setting
@@ -55,9 +58,46 @@ def job_from_env() -> Job:
     local_rank = _env_int("LOCAL_RANK", rank)
     local_world = _env_int("LOCAL_WORLD_SIZE", world)
     coordinator = lazy_setting("coordinator")
-    if coordinator is None and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
-        coordinator = f"{os.environ['MASTER_ADDR']}:{_env_int('MASTER_PORT', 0) + 1}"
+    if coordinator is None and _master() is not None and not _torchrun_store():
+        host, port = _master()  # type: ignore[misc]
+        coordinator = f"{host}:{port + 1}"
     return Job(rank, world, local_rank, local_world, coordinator)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on at ``host`` now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _master() -> tuple[str, int] | None:
+    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        return os.environ["MASTER_ADDR"], _env_int("MASTER_PORT", 0)
+    return None
+
+
+def _torchrun_store() -> bool:
+    """Whether torchrun's agent hosts a store at ``MASTER_ADDR:MASTER_PORT`` for its workers."""
+    return _master() is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+
+def _coordinator_via_store(job: Job) -> str:
+    """Rank 0 picks a free port at ``MASTER_ADDR`` and publishes it in torchrun's store; the
+    others read it (bounded by ``XLACACHE_INIT_TIMEOUT``). A fixed ``MASTER_PORT + 1`` can be
+    taken: torchrun's own connections get ports next to ``MASTER_PORT``, and JAX's coordinator
+    aborts the process when it cannot bind."""
+    from torch.distributed import TCPStore
+
+    host, port = _master()  # type: ignore[misc]
+    timeout = timedelta(seconds=float(lazy_setting("init_timeout")))
+    store = TCPStore(host, port, is_master=False, timeout=timeout, wait_for_workers=False)
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    key = f"xlacache/coordinator/{restart}"
+    if job.rank == 0:
+        loopback = host in ("127.0.0.1", "localhost")
+        store.set(key, str(free_port("127.0.0.1" if loopback else "")))
+    return f"{host}:{int(store.get(key))}"
 
 
 def configure_devices() -> None:
@@ -80,11 +120,13 @@ def start(job: Job) -> None:
     stops answering aborts the others after ``XLACACHE_HEARTBEAT_TIMEOUT`` (10 s).
     """
     if STATE.job is not None:
-        if STATE.job != job:
+        if STATE.job != replace(job, coordinator=job.coordinator or STATE.job.coordinator):
             raise RuntimeError("xlacache.lazy: this process already joined another job")
         return
     configure_devices()
     if job.world > 1:
+        if job.coordinator is None and _torchrun_store():
+            job = replace(job, coordinator=_coordinator_via_store(job))
         if job.coordinator is None:
             raise RuntimeError(
                 "xlacache.lazy: WORLD_SIZE > 1 but no coordinator address (set "
@@ -130,6 +172,7 @@ def join() -> Job:
     job = job_from_env()
     if job.world > 1:
         start(job)
+        return STATE.job  # type: ignore[return-value]  # with the coordinator agreed on
     return job
 
 

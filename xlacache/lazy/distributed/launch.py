@@ -17,7 +17,6 @@ import multiprocessing
 import os
 import pickle
 import signal
-import socket
 import sys
 import traceback
 import warnings
@@ -66,12 +65,6 @@ def launch(
     if n == 1:
         return fn(0, *args)
     return _Job(fn, args, n, start_method).run()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager
@@ -135,7 +128,7 @@ class _Job:
         self.errors: dict[int, tuple[str, str]] = {}
 
     def run(self) -> list[Any]:
-        coordinator = f"127.0.0.1:{_free_port()}"
+        coordinator = f"127.0.0.1:{env.free_port()}"
         try:
             for i in range(self.n):
                 recv, send = self.ctx.Pipe(duplex=False)
