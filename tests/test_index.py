@@ -143,8 +143,10 @@ def test_every_lru_choice_is_the_one_selector(tmp_path):
     from xlacache.stores.base import PrunePolicy, lru_split
 
     rng = random.Random(7)
-    infos = [_info(n, size=rng.choice((100, 700, 1500)), last_used=float(rng.randrange(6)))
-             for n in range(60)]  # fmt: skip  (many ties in last_used)
+    infos = [
+        _info(n, size=rng.choice((100, 700, 1500)), last_used=float(rng.randrange(6)))
+        for n in range(60)
+    ]  # fmt: skip  (many ties in last_used)
     total = sum(i.size for i in infos)
     ix = Index(tmp_path / "index.sqlite")
     ix.upsert(rng.sample(infos, len(infos)))  # rows in another order than keys

@@ -35,6 +35,7 @@ def _warn_afresh(monkeypatch):
     """Each test sees the warnings its settings give (they are given once per process)."""
     monkeypatch.setattr(config, "_warned", set())
 
+
 # A valid environment text per kind, and what it parses to.
 SAMPLES = {
     "text": ("writer", "writer"),
@@ -159,8 +160,13 @@ def test_the_environment_is_read_where_architecture_md_says():
 
 
 @pytest.mark.parametrize(
-    "parse, text", [(parse_size, "10"), (parse_size, "4096"), (parse_duration, "7"),
-                    (parse_duration, "1.5")],  # fmt: skip
+    "parse, text",
+    [
+        (parse_size, "10"),
+        (parse_size, "4096"),
+        (parse_duration, "7"),
+        (parse_duration, "1.5"),
+    ],  # fmt: skip
 )
 def test_a_bare_number_is_no_size_or_duration(parse, text):
     with pytest.raises(ConfigError, match=rf"--x: invalid \w+ '{text}': a \w+ needs its unit, "):
@@ -196,9 +202,11 @@ def test_settings_with_bare_numbers_are_dropped_with_a_warning(tmp_path):
 
 @pytest.mark.parametrize(
     "source, needle",
-    [("cli", "--idle-timeout: invalid duration '20'"),
-     ("env", "XLACACHE_SERVE_IDLE_TIMEOUT: invalid duration '20'"),
-     ("toml", "idle_timeout (")],  # fmt: skip
+    [
+        ("cli", "--idle-timeout: invalid duration '20'"),
+        ("env", "XLACACHE_SERVE_IDLE_TIMEOUT: invalid duration '20'"),
+        ("toml", "idle_timeout ("),
+    ],  # fmt: skip
 )
 def test_server_options_need_a_unit(tmp_path, source, needle):
     cfg = tmp_path / "serve.toml"
@@ -337,7 +345,7 @@ def test_lazy_read_sites_use_the_table():
         text = path.read_text()
         for variable in table:
             assert f'environ.get("{variable}"' not in text, (path, variable)
-            assert f"timeout_s(\"{variable}\"" not in text, (path, variable)
+            assert f'timeout_s("{variable}"' not in text, (path, variable)
 
 
 @pytest.mark.fallback  # a bad value: a warning and the default

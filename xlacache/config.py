@@ -333,9 +333,7 @@ class Role(NamedTuple):
     # (a reader by rank or role); False for readonly=True, which names no writer
 
 
-def resolve_role(
-    arguments: Mapping, environment: Mapping, rank: tuple[int, str] | None
-) -> Role:
+def resolve_role(arguments: Mapping, environment: Mapping, rank: tuple[int, str] | None) -> Role:
     """Who writes (`Role`).
 
     `role` ("writer"/"reader") and `readonly` (True: reader) are two spellings of one

@@ -86,8 +86,11 @@ def test_schemes_are_listed_in_the_registry_only():
             if isinstance(node, ast.Compare):  # scheme == "file", in ("", "file")
                 for side in [node.left, *node.comparators]:
                     parts = side.elts if isinstance(side, (ast.Tuple, ast.Set)) else [side]
-                    found += [f"{path.relative_to(package)}:{node.lineno} {p.value!r}"
-                              for p in parts if isinstance(p, ast.Constant) and p.value == "file"]
+                    found += [
+                        f"{path.relative_to(package)}:{node.lineno} {p.value!r}"
+                        for p in parts
+                        if isinstance(p, ast.Constant) and p.value == "file"
+                    ]
             if isinstance(node, ast.Constant) and node.value in names and id(node) not in shown:
                 found.append(f"{path.relative_to(package)}:{node.lineno} {node.value!r}")
     assert not found, found

@@ -54,9 +54,7 @@ FIGURES: dict[str, Figure] = {
         "Leases expired at once because their holder's connection broke (it died)"
     ),
     "leases_refused": Figure("Acquires refused: another client holds the lease"),
-    "lease_waits": Figure(
-        "Waits for another client's compile, ended by outcome", ("outcome",)
-    ),
+    "lease_waits": Figure("Waits for another client's compile, ended by outcome", ("outcome",)),
     "lease_wakes": Figure("Blocked LeaseWait calls that ended by how the lease ended", ("wake",)),
     "lease_waits_blocked": Figure("LeaseWait calls blocked on the server now", gauge=True),
     "compiles_avoided": Figure("Compiles avoided: waits that ended loading another client's entry"),

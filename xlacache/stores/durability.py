@@ -44,6 +44,7 @@ EARLY_BATCH = 4096  # pending entries that start a batch before its time
 RECENT_SECONDS = 60.0  # with fsync off: entries younger than this are synced by sync()
 RECENT_MAX = 10_000  # ... and at most this many (the oldest are the kernel's by then)
 
+
 def fsync_mode(value: bool | str) -> str:
     """The mode `value` names: a mode, or a boolean (true: always, false: off)."""
     if isinstance(value, bool):
