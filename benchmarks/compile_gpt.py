@@ -128,6 +128,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--no-hf", action="store_true")
     ap.add_argument("--no-gpt", action="store_true")
+    ap.add_argument(
+        "--modes",
+        nargs="*",
+        default=["lazy", "xlacache", "inductor"],
+        help="the GPT's modes beside eager (default: all)",
+    )
     ap.add_argument("--out", default=str(ROOT / "bench-results" / "compile_gpt.json"))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
@@ -143,7 +149,7 @@ def main() -> None:
         rows = {}
         with tempfile.TemporaryDirectory(prefix="xlacache-bench-") as tmp:
             rows["eager"] = {"cold": spawn(["--child", "eager", *common])}
-            for mode in ("lazy", "xlacache", "inductor"):
+            for mode in args.modes:
                 cache = str(Path(tmp) / mode)
                 env = {"TORCHINDUCTOR_CACHE_DIR": str(Path(tmp) / f"inductor-{mode}")}
                 run = ["--child", mode, "--cache", cache, *common]

@@ -115,7 +115,11 @@ INTERNALS = (
     Internal("torch._functorch.config.bundled_autograd_cache", "dynamo.aot_cache"),
     Internal("torch._functorch.config.enable_remote_autograd_cache", "dynamo.aot_cache"),
     Internal("torch._functorch.config.enable_autograd_cache", "dynamo.aot_cache"),
-    Internal("torch._functorch.config.force_non_lazy_backward_lowering", "dynamo.aot_cache"),
+    Internal(
+        "torch._functorch.config.force_non_lazy_backward_lowering",
+        "dynamo.aot_cache (without it, torch 2.9: AOTAutograd's cache unused)",
+        since=(2, 10),
+    ),
     Internal("torch._inductor.output_code.OutputCode", "dynamo.aot_cache: XlaOutputCode"),
     Internal("torch.fx._graph_pickler.GraphPickler", "dynamo.aot_cache: graphs pickled"),
 )
@@ -130,6 +134,16 @@ def torch_version() -> tuple[int, int]:
 def problems() -> list[str]:
     """Every row this torch lacks (empty: all there)."""
     return [p for p in (i.problem() for i in INTERNALS) if p is not None]
+
+
+def has(path: str) -> bool:
+    """Does this torch have the row ``path`` (for an API used only where it exists)?"""
+    (row,) = (i for i in INTERNALS if i.path == path)
+    try:
+        row.resolve()
+    except (ImportError, AttributeError):
+        return False
+    return True
 
 
 def aten_op(name: str) -> Any:

@@ -35,10 +35,13 @@ from torch.fx import GraphModule
 
 from xlacache import api, counters, entry, executables
 
-from .. import metrics
+from .. import metrics, torch_internals
 from ..state import STATE
 
 FORMAT = 1
+# the backward compiled with the forward, so the entry is whole when written (torch 2.10+;
+# on 2.9 a warm process retraces, and still loads its executables by alias)
+BACKWARD_NOW = "torch._functorch.config.force_non_lazy_backward_lowering"
 
 
 @dataclass(eq=False)
@@ -147,8 +150,8 @@ def _record(payload: bytes) -> dict:
 @contextlib.contextmanager
 def serving() -> Iterator[bool]:
     """While the backend compiles: AOTAutograd's cache in xlacache entries (True), or as
-    torch has it when no xlacache cache is initialized (False)."""
-    if api.get_cache() is None:
+    torch has it when no xlacache cache is initialized, or on torch 2.9 (False)."""
+    if api.get_cache() is None or not torch_internals.has(BACKWARD_NOW):
         yield False
         return
     entries = AotEntries()
