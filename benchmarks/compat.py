@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -308,11 +308,17 @@ def check_upgrade(old: Row, new: Row, work: Path) -> UpgradeRow:
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--versions", nargs="+", default=list(VERSIONS))
-    parser.add_argument("--table", type=Path, help="also write the tables to this file")
+def matrix_parser(doc: str, versions: Sequence[str]) -> argparse.ArgumentParser:
+    """The options every version matrix takes: ``--versions``, ``--table``, ``--keep``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--versions", nargs="+", default=list(versions))
+    parser.add_argument("--table", type=Path, help="also write the table(s) to this file")
     parser.add_argument("--keep", action="store_true", help="keep the venvs under /tmp")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = matrix_parser(__doc__, VERSIONS)
     parser.add_argument(
         "--upgrade",
         action="store_true",

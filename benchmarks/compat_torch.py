@@ -19,7 +19,6 @@ CPU): about 4.6 GB per venv, removed after its row unless ``--keep``. The JAX ma
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compat import ROOT, STEP_TIMEOUT, build_wheel, run  # noqa: E402
+from compat import ROOT, STEP_TIMEOUT, build_wheel, matrix_parser, run  # noqa: E402
 
 VERSIONS = ("2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.14.1")
 TESTS = (
@@ -204,10 +203,7 @@ def check_version(version: str, wheel: Path, work: Path, keep: bool, workers: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--versions", nargs="+", default=list(VERSIONS))
-    parser.add_argument("--table", type=Path, help="also write the table to this file")
-    parser.add_argument("--keep", action="store_true", help="keep the venvs under /tmp")
+    parser = matrix_parser(__doc__, VERSIONS)
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers")
     args = parser.parse_args(argv)
     rows = []
