@@ -47,13 +47,18 @@ class Internal:
         """Does this torch release have to provide it?"""
         return self.since is None or torch_version() >= self.since
 
-    def problem(self) -> str | None:
-        """What is wrong with it in this torch (None: present, or not expected yet)."""
+    def missing(self) -> str | None:
+        """Why this torch lacks it (None: present)."""
         try:
             self.resolve()
         except (ImportError, AttributeError) as exc:
-            return f"{self.path} is gone ({exc})" if self.expected() else None
+            return str(exc)
         return None
+
+    def problem(self) -> str | None:
+        """What is wrong with it in this torch (None: present, or not expected yet)."""
+        why = self.missing()
+        return f"{self.path} is gone ({why})" if why is not None and self.expected() else None
 
 
 INTERNALS = (
@@ -139,11 +144,7 @@ def problems() -> list[str]:
 def has(path: str) -> bool:
     """Does this torch have the row ``path`` (for an API used only where it exists)?"""
     (row,) = (i for i in INTERNALS if i.path == path)
-    try:
-        row.resolve()
-    except (ImportError, AttributeError):
-        return False
-    return True
+    return row.missing() is None
 
 
 def aten_op(name: str) -> Any:

@@ -58,9 +58,9 @@ def job_from_env() -> Job:
     local_rank = _env_int("LOCAL_RANK", rank)
     local_world = _env_int("LOCAL_WORLD_SIZE", world)
     coordinator = lazy_setting("coordinator")
-    if coordinator is None and _master() is not None and not _torchrun_store():
-        host, port = _master()  # type: ignore[misc]
-        coordinator = f"{host}:{port + 1}"
+    master = _master()
+    if coordinator is None and master is not None and not _torchrun_store():
+        coordinator = f"{master[0]}:{master[1] + 1}"
     return Job(rank, world, local_rank, local_world, coordinator)
 
 
@@ -113,8 +113,9 @@ def configure_devices() -> None:
     jax.config.update("jax_num_cpu_devices", n)
 
 
-def start(job: Job) -> None:
-    """Join ``job``'s ``jax.distributed`` runtime (once per process; nothing for one process).
+def start(job: Job) -> Job:
+    """Join ``job``'s ``jax.distributed`` runtime (once per process; nothing for one process);
+    returns the job joined, its coordinator agreed on.
 
     Bounded: ``XLACACHE_INIT_TIMEOUT`` (60 s) for every process to arrive, and a peer that
     stops answering aborts the others after ``XLACACHE_HEARTBEAT_TIMEOUT`` (10 s).
@@ -122,7 +123,7 @@ def start(job: Job) -> None:
     if STATE.job is not None:
         if STATE.job != replace(job, coordinator=job.coordinator or STATE.job.coordinator):
             raise RuntimeError("xlacache.lazy: this process already joined another job")
-        return
+        return STATE.job
     configure_devices()
     if job.world > 1:
         if job.coordinator is None and _torchrun_store():
@@ -155,6 +156,7 @@ def start(job: Job) -> None:
         )
         quiet.install()  # Gloo's "[Gloo] Rank N is connected" lines, unless asked for
     STATE.job = job
+    return job
 
 
 def join() -> Job:
@@ -170,10 +172,7 @@ def join() -> Job:
         STATE.job = Job(rank, world, rank, world, global_state.coordinator_address)
         return STATE.job
     job = job_from_env()
-    if job.world > 1:
-        start(job)
-        return STATE.job  # type: ignore[return-value]  # with the coordinator agreed on
-    return job
+    return start(job) if job.world > 1 else job
 
 
 def current() -> Job:
