@@ -114,11 +114,16 @@ def main() -> None:
     chunks = [ids[i :: args.jobs * 4] for i in range(args.jobs * 4)]
     t0 = time.perf_counter()
     results: dict[str, dict[str, list]] = {m: {} for m in args.modes}
-    spawn = multiprocessing.get_context("spawn")  # fresh processes: no JAX state forked
-    with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
-        for part in pool.map(_work, [(c, args.modes, args.samples) for c in chunks]):
-            for mode, ops in part.items():
-                results[mode].update(ops)
+    jobs = [(c, args.modes, args.samples) for c in chunks]
+    if args.jobs > 1:
+        spawn = multiprocessing.get_context("spawn")  # fresh processes: no JAX state forked
+        with ProcessPoolExecutor(args.jobs, mp_context=spawn) as pool:
+            parts = list(pool.map(_work, jobs))
+    else:  # one worker: this process
+        parts = [_work(job) for job in jobs]
+    for part in parts:
+        for mode, ops in part.items():
+            results[mode].update(ops)
     results = {m: dict(sorted(ops.items())) for m, ops in results.items()}
     wall = time.perf_counter() - t0
 

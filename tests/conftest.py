@@ -22,6 +22,25 @@ REPO = Path(__file__).resolve().parents[1]
 # exercises a fallback on purpose says so with @pytest.mark.fallback (strict mode off).
 os.environ.setdefault("XLACACHE_STRICT", "1")
 
+# The suite compiles for compile speed (this process and every Python process it starts):
+# XLA:CPU's loop emitter with LLVM at -O0 compiles the tests' small programs about 3x faster
+# than its default (MLIR fusion emitters, -O2), and no test checks code speed. These are
+# codegen flags like any, in every key the suite computes; a test that sets XLA_FLAGS for a
+# child keeps them with `xla_flags`. Users, benchmarks and docs keep XLA's defaults.
+SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+os.environ.setdefault("XLA_FLAGS", SUITE_XLA_FLAGS)
+
+
+def xla_flags(*flags: str) -> str:
+    """XLA_FLAGS for a child: the suite's flags and `flags`."""
+    return " ".join([os.environ["XLA_FLAGS"], *flags])
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests marked slow run first: with several workers (make test) the long ones start
+    early and the short ones fill the end, so no worker is left alone with a long tail."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 
 @pytest.fixture(scope="session")
 def gcs_emulator(tmp_path_factory):
@@ -107,9 +126,11 @@ def run_python(
 
 
 def child_env(env: dict | None = None) -> dict:
-    """This environment without xlacache/XLA settings (strict mode kept), plus `env`."""
+    """This environment without xlacache/XLA settings (strict mode and the suite's XLA_FLAGS
+    kept), plus `env`."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("XLACACHE_", "XLA_"))}
     full_env["XLACACHE_STRICT"] = os.environ.get("XLACACHE_STRICT", "1")
+    full_env["XLA_FLAGS"] = os.environ["XLA_FLAGS"]
     full_env.update(env or {})
     return full_env
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tests.cli_helpers import run as run_cli
-from tests.conftest import JAX_PROGRAM, run_python
+from tests.conftest import JAX_PROGRAM, run_python, xla_flags
 from xlacache import api, counters, explain
 from xlacache.cache import CompilationCache
 from xlacache.key import Identity, KeyInputs
@@ -231,7 +231,7 @@ def run(cache_dir, env=None, program=JAX_PROGRAM):
 def test_real_flag_change_is_explained_and_shown_by_the_cli(tmp_path):
     cold = run(tmp_path / "c")
     assert cold.returncode == 0, cold.stderr
-    flags = run(tmp_path / "c", env={"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"})
+    flags = run(tmp_path / "c", env={"XLA_FLAGS": xla_flags("--xla_cpu_enable_fast_math=true")})
     assert flags.returncode == 0, flags.stderr
     stats = json.loads(flags.stdout.splitlines()[-1])["stats"]
     assert stats["misses_by_reason"] == {"flags": stats["misses"]} and stats["misses"] >= 1
@@ -249,7 +249,9 @@ def test_real_flag_change_is_explained_and_shown_by_the_cli(tmp_path):
 @pytest.mark.slow
 def test_real_device_count_change_is_explained(tmp_path):
     assert run(tmp_path / "c").returncode == 0
-    two = run(tmp_path / "c", env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    two = run(
+        tmp_path / "c", env={"XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=2")}
+    )
     assert two.returncode == 0, two.stderr
     stats = json.loads(two.stdout.splitlines()[-1])["stats"]
     assert stats["misses_by_reason"]["devices"] >= 1  # and programs new with 2 devices

@@ -10,9 +10,10 @@ import pytest
 
 from tests.conftest import make_blob, make_key, run_python
 from xlacache import counters
-from xlacache.errors import IndexClosedError, StoreIndexError
+from xlacache.errors import IndexBusyError, IndexClosedError, StoreIndexError
 from xlacache.stores.base import EntryInfo
 from xlacache.stores.index import CULL_LIMIT, Index, Limits, LocalIndex
+from xlacache.stores.index_hits import HitBuffer
 from xlacache.stores.local import LocalStore
 
 WRITES = ("INSERT", "UPDATE", "DELETE", "BEGIN", "REPLACE")
@@ -274,3 +275,30 @@ def test_forked_child_uses_its_own_connections(tmp_path):
     proc = run_python(FORKING, str(tmp_path / "index.sqlite"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["2"]  # one hit from each process, none twice
+
+
+def test_a_last_flush_waits_for_a_running_one_and_loses_no_hit():
+    """At exit the background flush may be mid-write, holding the buffered hits, when
+    close's last flush runs: that one waits, and writes what the failed one put back."""
+    entered, release, written = threading.Event(), threading.Event(), []
+
+    def write(pending, busy_seconds):
+        if not written:  # the background flush: the write lock stays busy
+            written.append(None)
+            entered.set()
+            release.wait(30)
+            raise IndexBusyError("busy")
+        written.append(sum(hits for hits, _ in pending.values()))
+
+    hits = HitBuffer(write)
+    hits.requeue({"k": [5, 0.0]})  # five hits buffered (no background thread: two flushes)
+    background = threading.Thread(target=lambda: pytest.raises(IndexBusyError, hits.flush))
+    background.start()
+    assert entered.wait(30)
+    last = threading.Thread(target=hits.flush)
+    last.start()
+    last.join(0.2)
+    release.set()
+    background.join(30)
+    last.join(30)
+    assert written == [None, 5] and hits.total() == 0

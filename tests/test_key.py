@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.conftest import JAX_PROGRAM, run_json, run_python
+from tests.conftest import JAX_PROGRAM, run_json, run_python, xla_flags
 from xlacache.key import KeyInputs, cache_key, codegen_flags, is_valid_key
 
 BASE = KeyInputs(
@@ -105,11 +105,17 @@ def test_debug_flags_do_not_change_the_key_codegen_flags_do(tmp_path):
     base = set(keys_of(tmp_path, "a"))
     dump = tmp_path / "dump"
     debug = set(
-        keys_of(tmp_path, "b", env={"XLA_FLAGS": f"--xla_dump_to={dump} --xla_dump_hlo_as_text"})
+        keys_of(
+            tmp_path,
+            "b",
+            env={"XLA_FLAGS": xla_flags(f"--xla_dump_to={dump}", "--xla_dump_hlo_as_text")},
+        )
     )
     assert debug == base
     assert dump.is_dir()  # the flag really reached XLA
-    codegen = set(keys_of(tmp_path, "c", env={"XLA_FLAGS": "--xla_backend_optimization_level=1"}))
+    codegen = set(
+        keys_of(tmp_path, "c", env={"XLA_FLAGS": xla_flags("--xla_backend_optimization_level=1")})
+    )
     assert codegen.isdisjoint(base)
 
 

@@ -17,7 +17,7 @@ import torch
 
 import xlacache
 import xlacache.lazy as xl
-from tests.conftest import run_json
+from tests.conftest import run_json, xla_flags
 from xlacache import counters, entry, executables
 from xlacache import key as key_mod
 from xlacache.lazy import metrics
@@ -230,9 +230,9 @@ def test_fresh_process_loads_without_lowering_and_flags_or_devices_miss(tmp_path
     assert warm["lowerings"] == 0 and warm["compiles"] == 0
     assert warm["alias_hits"] == cold["lowerings"]
     assert warm["losses"] == cold["losses"]
-    flags = _child(cache, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=true"})
+    flags = _child(cache, {"XLA_FLAGS": xla_flags("--xla_cpu_enable_fast_math=true")})
     assert flags["alias_hits"] == 0 and flags["lowerings"] == cold["lowerings"]
-    two = _child(cache, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    two = _child(cache, {"XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=2")})
     assert two["devices"] == 2
     assert two["alias_hits"] == 0 and two["lowerings"] == cold["lowerings"]
     assert two["losses"] == pytest.approx(cold["losses"], rel=1e-5)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 import xlacache.lazy as xl
-from tests.conftest import child_env
+from tests.conftest import child_env, xla_flags
 from tests.lazy import _spmd_pod as workers
 from tests.stores.backends import tree_snapshot
 from xlacache.lazy.distributed.launch import LaunchError
@@ -80,7 +80,7 @@ def test_one_mesh_over_the_job_placement_reads_and_errors(pod, tmp_path):
 def test_a_killed_worker_stops_the_pod_with_one_error_naming_it(pod, monkeypatch):
     # 4 devices per worker from XLA_FLAGS this time (a mesh of 8 needs both workers')
     monkeypatch.delenv("CPU_NUM_DEVICES")
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    monkeypatch.setenv("XLA_FLAGS", xla_flags("--xla_force_host_platform_device_count=4"))
     with pytest.raises(LaunchError, match=r"rank 1 was killed by SIGKILL") as info:
         xl.launch(workers.killed, args=(2,), nprocs=2)
     assert info.value.rank == 1 and "stopped the other 1 worker" in str(info.value)

@@ -11,7 +11,6 @@ process with the same cache compiles nothing and reproduces every loss.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 
 import xlacache
 import xlacache.lazy as xl
+from tests.conftest import child_env
 
 from .hf_models import MODELS, STEPS, build, train
 
@@ -68,11 +68,10 @@ def _check_saving(name: str, model: torch.nn.Module, tmp_path: Path) -> None:
 
 
 def _warm_child(cache: Path, name: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLACACHE_", "XLA_"))}
     out = subprocess.run(
         [sys.executable, "-m", "tests.lazy._hf_child", str(cache), name],
         cwd=ROOT,
-        env={**env, "PYTHONPATH": str(ROOT)},
+        env=child_env({"PYTHONPATH": str(ROOT)}),
         capture_output=True,
         text=True,
         timeout=600,

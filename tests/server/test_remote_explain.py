@@ -15,7 +15,7 @@ import pytest
 from srvutil import READ_TOKEN, WRITE_TOKEN, start_server, write_tokens
 
 from tests.cli_helpers import run as run_cli
-from tests.conftest import JAX_PROGRAM, make_key, run_python
+from tests.conftest import JAX_PROGRAM, make_key, run_python, xla_flags
 from xlacache import counters, explain, misslog
 from xlacache._proto.v1 import cache_pb2 as pb
 from xlacache.errors import (
@@ -178,7 +178,7 @@ def test_a_read_only_worker_flag_change_is_explained_on_the_server(tmp_path):
         worker = run_jax(
             tmp_path / "c",
             {**remote, "XLACACHE_TOKEN": READ_TOKEN, "XLACACHE_READONLY": "1",
-             "XLA_FLAGS": "--xla_cpu_enable_fast_math=true"},
+             "XLA_FLAGS": xla_flags("--xla_cpu_enable_fast_math=true")},
         )  # fmt: skip
         assert worker["stats"]["misses_by_reason"] == {"flags": worker["stats"]["misses"]}
         assert worker["stats"]["miss_reports"] == worker["stats"]["misses"]
@@ -202,7 +202,7 @@ def test_misses_reported_to_a_bucket_are_shown_by_explain(gcs, tmp_path):
     reader = run_jax(
         tmp_path / "r",
         {**gcs.env, "XLACACHE_REMOTE": url, "XLACACHE_EXPLAIN": "1", "XLACACHE_READONLY": "1",
-         "XLA_FLAGS": "--xla_cpu_enable_fast_math=true"},
+         "XLA_FLAGS": xla_flags("--xla_cpu_enable_fast_math=true")},
     )  # fmt: skip
     assert gcs.proxy.writes() == []  # a read-only process writes nothing to a bucket
     assert reader["stats"].get("miss_reports", 0) == 0

@@ -4,7 +4,8 @@ A local hit only reads and verifies a file; `HitBuffer.note` adds it to a buffer
 daemon thread (started on the first hit, again in a forked child) writes the buffer
 every FLUSH_SECONDS through the index's `write` callback, waiting at most
 FLUSH_BUSY_SECONDS for the write lock. A flush that loses that race keeps its hits for
-the next one (`IndexBusyError`); a hit count lost for good (the buffer full, the last
+the next one (`IndexBusyError`); flushes take turns, so the last one (at close or exit)
+also writes what a running one puts back. A hit count lost for good (the buffer full, the last
 flush failing) costs the LRU order a little accuracy, never a read. Any other failure
 of a background flush is hidden from training: `counters.hidden` (strict mode reports it).
 
@@ -49,6 +50,9 @@ class HitBuffer:
         self._pid = os.getpid()
         self._pending: Pending = {}
         self._lock = threading.Lock()
+        # One flush at a time: a last flush (at close) waits for a running one, and so
+        # writes what that one puts back when it fails, instead of finding nothing.
+        self._flushing = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -72,14 +76,15 @@ class HitBuffer:
     def flush(self, busy_seconds: float = FLUSH_BUSY_SECONDS) -> None:
         """Write buffered hits now; if that fails (the write lock stayed busy past
         `busy_seconds`) they stay buffered for the next flush and the error is raised."""
-        pending = self.take()
-        if not pending:
-            return
-        try:
-            self._write(pending, busy_seconds)
-        except StoreIndexError:
-            self.requeue(pending)
-            raise
+        with self._flushing:
+            pending = self.take()
+            if not pending:
+                return
+            try:
+                self._write(pending, busy_seconds)
+            except StoreIndexError:
+                self.requeue(pending)
+                raise
 
     def take(self) -> Pending:
         """The buffered hits, removed from the buffer (a write that includes them)."""
