@@ -10,9 +10,6 @@ process with the same cache compiles nothing and reproduces every loss.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,12 +18,11 @@ import torch
 
 import xlacache
 import xlacache.lazy as xl
-from tests.conftest import child_env
+from tests.conftest import run_module_json
 
 from .hf_models import MODELS, STEPS, build, train
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
 DECODERS_WITH_KV_CACHE = ("gpt2", "llama", "mistral", "t5")
 
 
@@ -68,16 +64,7 @@ def _check_saving(name: str, model: torch.nn.Module, tmp_path: Path) -> None:
 
 
 def _warm_child(cache: Path, name: str) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.lazy._hf_child", str(cache), name],
-        cwd=ROOT,
-        env=child_env({"PYTHONPATH": str(ROOT)}),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_module_json("tests.lazy._hf_child", str(cache), name, timeout=600)
 
 
 @pytest.mark.parametrize("name", list(MODELS))

@@ -5,9 +5,10 @@ daemon thread (started on the first hit, again in a forked child) writes the buf
 every FLUSH_SECONDS through the index's `write` callback, waiting at most
 FLUSH_BUSY_SECONDS for the write lock. A flush that loses that race keeps its hits for
 the next one (`IndexBusyError`); flushes take turns, so the last one (at close or exit)
-also writes what a running one puts back. A hit count lost for good (the buffer full, the last
-flush failing) costs the LRU order a little accuracy, never a read. Any other failure
-of a background flush is hidden from training: `counters.hidden` (strict mode reports it).
+also writes what a running one puts back. A hit count lost for good (the buffer full,
+the last flush failing) costs the LRU order a little accuracy, never a read. Any other
+failure of a background flush is hidden from training: `counters.hidden` (strict mode
+reports it).
 
 In a forked child the buffer starts empty, with no thread (the parent flushes its own
 hits): `after_fork`, which `stores.index_db` calls with its connections' reset.
