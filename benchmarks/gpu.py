@@ -40,7 +40,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-PARTS = ("jax", "torch", "precision", "moves", "opinfo")
+# quick correctness parts first, the timed ones next, the longest last: on a machine lent for
+# minutes, what finished is written before the next part starts
+PARTS = ("precision", "moves", "torch", "jax", "opinfo")
 TORCH_MODES = ("eager", "inductor", "lazy", "xlacache")
 # the OpInfo ops of --quick: the float32 products and pooling that XLA:GPU's TF32 got wrong
 QUICK_OPS = ("mm", "bmm", "nn.functional.adaptive_avg_pool2d")
@@ -49,7 +51,8 @@ QUICK_OPS = ("mm", "bmm", "nn.functional.adaptive_avg_pool2d")
 def _env(device: str) -> dict:
     """The children's environment: JAX on the device, the GPU not preallocated (several
     processes share it), the project importable."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    env = {**os.environ, "PYTHONPATH": path, "TF_CPP_MIN_LOG_LEVEL": "2"}  # carried wheels too
     env["JAX_PLATFORMS"] = "cpu" if device == "cpu" else "cuda,cpu"
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
     return env
@@ -69,7 +72,8 @@ def jax_part(args: argparse.Namespace, tmp: Path) -> dict:
     import jax_gpt
 
     ns = SimpleNamespace(steps=args.steps, small=args.quick)
-    old = {k: os.environ.get(k) for k in ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PREALLOCATE")}
+    keys = ("JAX_PLATFORMS", "XLA_PYTHON_CLIENT_PREALLOCATE", "PYTHONPATH")
+    old = {k: os.environ.get(k) for k in keys}
     os.environ.update({k: _env(args.device)[k] for k in old})
     try:
         out = {}
@@ -108,13 +112,18 @@ def torch_part(args: argparse.Namespace, tmp: Path) -> dict:
         out[mode] = {
             "cold_first_two_steps_s": cold["first_two_steps_s"],
             "steady_step_s": cold["steady_step_s"],
+            "steady_cpu_s": cold["steady_cpu_s"],
             "last_loss": cold["losses"][-1],
         }
+        if "traced_per_step" in cold:  # lazy and xlacache: ops the tracer saw per steady step
+            out[mode]["traced_per_step"] = cold["traced_per_step"]
         if mode == "eager":  # no cache to warm: one run
             continue
         warm = _json_child(cmd, env, args.timeout)
         out[mode]["warm_first_two_steps_s"] = warm["first_two_steps_s"]
         out[mode]["warm_losses_equal"] = cold["losses"] == warm["losses"]
+        if "dynamo_s" in warm:  # what a warm process still pays in Dynamo and AOTAutograd
+            out[mode]["warm_dynamo_s"] = warm["dynamo_s"]["dynamo"]
     return out
 
 
@@ -216,6 +225,10 @@ RUNNERS = {
 }
 
 
+def _seconds(v: float) -> str:
+    return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
+
+
 def table(results: dict) -> str:
     """One Markdown table of every figure."""
     rows = ["| part | what | figure |", "| --- | --- | --- |"]
@@ -225,10 +238,8 @@ def table(results: dict) -> str:
             continue
         if part in ("jax", "torch"):
             for mode, r in value.items():
-                figures = ", ".join(
-                    f"{k.removesuffix('_s')} {v:.2f} s" if k.endswith("_s") else f"{k} {v}"
-                    for k, v in r.items()
-                )
+                figures = ", ".join(f"{k.removesuffix('_s')} {_seconds(v)}" if k.endswith("_s")
+                                    else f"{k} {v}" for k, v in r.items())  # fmt: skip
                 rows.append(f"| {part} GPT | {mode} | {figures} |")
         elif part == "precision":
             for k, v in value.items():
@@ -257,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "gpu.json")
     args = ap.parse_args(argv)
     started = time.perf_counter()
-    results: dict = {"device": args.device, "quick": args.quick, "parts": {}}
+    results: dict = {"device": args.device, "quick": args.quick, "parts": {}, "seconds": 0.0}
     failed = False
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="xlacache-gpu-bench-") as tmp:
         for part in PARTS:
             if part in args.skip:
@@ -270,11 +282,10 @@ def main(argv: list[str] | None = None) -> int:
                 results["parts"][part] = {"error": f"{type(e).__name__}: {e}"}
                 failed = True
             print(f"{part}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    results["seconds"] = round(time.perf_counter() - started, 1)
+            results["seconds"] = round(time.perf_counter() - started, 1)
+            args.out.write_text(json.dumps(results, indent=2) + "\n")  # what finished so far
     print(table(results))
     print(f"\n{results['seconds']:.0f} s in all; JSON: {args.out}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
     return 1 if failed else 0
 
 
