@@ -102,28 +102,40 @@ def torch_part(args: argparse.Namespace, tmp: Path) -> dict:
     """The first two steps cold and warm (eager: once, it has no cache) and the steady step of
     each mode (``compile_gpt.py``'s GPT child)."""
     eager = "cpu" if args.device == "cpu" else "cuda"
-    out = {}
+    out: dict = {}
     for mode in args.torch_modes:
-        cmd = [sys.executable, str(HERE / "compile_gpt.py"), "--child", mode, "--device", eager]
-        cmd += ["--cache", str(tmp / f"torch-{mode}"), "--steps", str(args.steps)]
-        cmd += ["--small"] if args.quick else []
-        env = {**_env(args.device), "TORCHINDUCTOR_CACHE_DIR": str(tmp / f"inductor-{mode}")}
-        cold = _json_child(cmd, env, args.timeout)
-        out[mode] = {
-            "cold_first_two_steps_s": cold["first_two_steps_s"],
-            "steady_step_s": cold["steady_step_s"],
-            "steady_cpu_s": cold["steady_cpu_s"],
-            "last_loss": cold["losses"][-1],
-        }
-        if "traced_per_step" in cold:  # lazy and xlacache: ops the tracer saw per steady step
-            out[mode]["traced_per_step"] = cold["traced_per_step"]
-        if mode == "eager":  # no cache to warm: one run
-            continue
-        warm = _json_child(cmd, env, args.timeout)
-        out[mode]["warm_first_two_steps_s"] = warm["first_two_steps_s"]
-        out[mode]["warm_losses_equal"] = cold["losses"] == warm["losses"]
-        if "dynamo_s" in warm:  # what a warm process still pays in Dynamo and AOTAutograd
-            out[mode]["warm_dynamo_s"] = warm["dynamo_s"]["dynamo"]
+        try:
+            out[mode] = _torch_mode(mode, eager, args, tmp)
+        except Exception as e:  # noqa: BLE001 - one mode's failure keeps the others' figures
+            out[mode] = {"error": f"{type(e).__name__}: {e}"}
+    failed = [m for m, r in out.items() if "error" in r]
+    if failed:
+        out["error"] = [f"{m}: {out[m]['error']}" for m in failed]  # the part failed
+    return out
+
+
+def _torch_mode(mode: str, eager: str, args: argparse.Namespace, tmp: Path) -> dict:
+    """One mode: a cold process, then (but for eager) a warm one on the same caches."""
+    cmd = [sys.executable, str(HERE / "compile_gpt.py"), "--child", mode, "--device", eager]
+    cmd += ["--cache", str(tmp / f"torch-{mode}"), "--steps", str(args.steps)]
+    cmd += ["--small"] if args.quick else []
+    env = {**_env(args.device), "TORCHINDUCTOR_CACHE_DIR": str(tmp / f"inductor-{mode}")}
+    cold = _json_child(cmd, env, args.timeout)
+    out = {
+        "cold_first_two_steps_s": cold["first_two_steps_s"],
+        "steady_step_s": cold["steady_step_s"],
+        "steady_cpu_s": cold["steady_cpu_s"],
+        "last_loss": cold["losses"][-1],
+    }
+    if "traced_per_step" in cold:  # lazy and xlacache: ops the tracer saw per steady step
+        out["traced_per_step"] = cold["traced_per_step"]
+    if mode == "eager":  # no cache to warm: one run
+        return out
+    warm = _json_child(cmd, env, args.timeout)
+    out["warm_first_two_steps_s"] = warm["first_two_steps_s"]
+    out["warm_losses_equal"] = cold["losses"] == warm["losses"]
+    if "dynamo_s" in warm:  # what a warm process still pays in Dynamo and AOTAutograd
+        out["warm_dynamo_s"] = warm["dynamo_s"]["dynamo"]
     return out
 
 
@@ -238,6 +250,12 @@ def table(results: dict) -> str:
             continue
         if part in ("jax", "torch"):
             for mode, r in value.items():
+                if mode == "error":  # the list of the modes that failed, each in its row
+                    continue
+                if "error" in r:
+                    why = r["error"].strip().splitlines()[-1][:300]  # the exception's own line
+                    rows.append(f"| {part} GPT | {mode} | failed: {why} |")
+                    continue
                 figures = ", ".join(f"{k.removesuffix('_s')} {_seconds(v)}" if k.endswith("_s")
                                     else f"{k} {v}" for k, v in r.items())  # fmt: skip
                 rows.append(f"| {part} GPT | {mode} | {figures} |")
@@ -280,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                 results["parts"][part] = RUNNERS[part](args, Path(tmp))
             except Exception as e:  # noqa: BLE001 - reported in the table, and the exit code
                 results["parts"][part] = {"error": f"{type(e).__name__}: {e}"}
-                failed = True
+            failed = failed or "error" in results["parts"][part]
             print(f"{part}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
             results["seconds"] = round(time.perf_counter() - started, 1)
             args.out.write_text(json.dumps(results, indent=2) + "\n")  # what finished so far

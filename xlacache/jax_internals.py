@@ -98,6 +98,13 @@ INTERNALS = (
     Internal("jax._src.distributed", "global_state"),
     Internal("jax._src.config", "default_device"),
     Internal("jax._src.config", "config_states"),
+    # a loaded single-device program's results, wrapped natively as jit wraps them
+    Internal(
+        "jax._src.lib",
+        "xla_client.array_result_handler",
+        ("aval", "sharding", "committed", "_skip_checks"),
+    ),
+    Internal("jax._src.lib", "_jax.ExecuteResults.consume_with_handlers"),
     Internal(
         "jax._src.array",
         "ArrayImpl.__init__",

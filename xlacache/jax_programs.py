@@ -139,22 +139,45 @@ class Program:
         self.executable = executable
         self.device = device
         self.key = key
+        # by whether an input was committed: native result handlers, one per result (built at
+        # the first call), so that later calls wrap results as jit does, without Python per result
+        self._handlers: dict[bool, list] = {}
 
     def __call__(self, *args: Any) -> list[Any]:
         import jax
 
         device = self.device
-        bufs = [a if isinstance(a, jax.Array) else jax.device_put(a, device) for a in args]
+        committed = False
+        bufs = []
+        for a in args:
+            if isinstance(a, jax.Array):
+                committed = committed or a.committed
+                bufs.append(a)
+            else:
+                bufs.append(jax.device_put(a, device))
         results = self.executable.execute_sharded(bufs)
+        handlers = self._handlers.get(committed)
+        if handlers is not None:
+            return results.consume_with_handlers(handlers)
         outs = [shards[0] for shards in results.disassemble_into_single_device_arrays()]
-        if any(isinstance(a, jax.Array) and a.committed for a in args):
-            return outs
-        return [_uncommitted(o) for o in outs]  # as jit: uncommitted inputs, uncommitted results
+        self._handlers[committed] = [_result_handler(o, committed) for o in outs]
+        # as jit: uncommitted inputs, uncommitted results (a later multi-device program may
+        # place them as it would place the jit's)
+        return outs if committed else [_uncommitted(o) for o in outs]
+
+
+def _result_handler(a: Any, committed: bool) -> Any:
+    """JAX's native handler wrapping a result buffer shaped and placed as ``a``."""
+    from jax._src.lib import xla_client
+
+    return xla_client.array_result_handler(
+        a.aval, a.sharding, committed=committed, _skip_checks=True
+    )
 
 
 def _uncommitted(a: Any) -> Any:
     """``a`` (no copy) as an array JAX may still move, like a jit result of uncommitted
-    inputs; a later multi-device program then places it as it would place the jit's."""
+    inputs."""
     from jax._src import array
 
     return array.ArrayImpl(a.aval, a.sharding, [a], committed=False, _skip_checks=True)
