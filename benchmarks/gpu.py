@@ -119,11 +119,13 @@ def _torch_mode(mode: str, eager: str, args: argparse.Namespace, tmp: Path) -> d
     cmd = [sys.executable, str(HERE / "compile_gpt.py"), "--child", mode, "--device", eager]
     cmd += ["--cache", str(tmp / f"torch-{mode}"), "--steps", str(args.steps)]
     cmd += ["--small"] if args.quick else []
+    cmd += ["--precision", args.matmul_precision]
     env = {**_env(args.device), "TORCHINDUCTOR_CACHE_DIR": str(tmp / f"inductor-{mode}")}
     cold = _json_child(cmd, env, args.timeout)
     out = {
         "cold_first_two_steps_s": cold["first_two_steps_s"],
         "steady_step_s": cold["steady_step_s"],
+        "steady_host_s": cold["steady_host_s"],  # the host's part: issuing the step's work
         "steady_cpu_s": cold["steady_cpu_s"],
         "last_loss": cold["losses"][-1],
     }
@@ -281,6 +283,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", nargs="*", default=[], choices=PARTS)
     ap.add_argument("--torch-modes", nargs="+", default=list(TORCH_MODES), choices=TORCH_MODES)
     ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument(
+        "--matmul-precision",
+        default="highest",
+        choices=("highest", "high"),
+        help="torch.set_float32_matmul_precision for the PyTorch GPT (high: TF32 on a GPU)",
+    )
     ap.add_argument("-j", "--jobs", type=int, default=3, help="OpInfo worker processes")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per child process")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "gpu.json")
