@@ -165,13 +165,17 @@ def main() -> None:
                 rows[mode] = {"cold": spawn(run, env), "warm": spawn(run, env)}
                 print(f"{mode}: done", file=sys.stderr)
         results["gpt"] = rows
-        print(f"{'GPT':10}{'cold 2 steps':>14}{'warm 2 steps':>14}{'steady':>10}{'loss':>10}")
+        head = f"{'GPT':10}{'cold 2 steps':>14}{'warm 2 steps':>14}{'steady':>10}"
+        print(head + f"{'warm steady':>13}{'loss':>10}")
         for mode, r in rows.items():
-            warm = r.get("warm", {}).get("first_two_steps_s")
+            warm = r.get("warm", {})
+            two, steady = warm.get("first_two_steps_s"), warm.get("steady_step_s")
             print(
                 f"{mode:10}{r['cold']['first_two_steps_s']:14.2f}"
-                + (f"{warm:14.2f}" if warm else f"{'-':>14}")
-                + f"{r['cold']['steady_step_s']:10.3f}{r['cold']['losses'][-1]:10.4f}"
+                + (f"{two:14.2f}" if two else f"{'-':>14}")
+                + f"{r['cold']['steady_step_s']:10.3f}"
+                + (f"{steady:13.3f}" if steady else f"{'-':>13}")
+                + f"{r['cold']['losses'][-1]:10.4f}"
             )
     if not args.no_hf:
         hf_out = Path(args.out).with_name("hf_tiny.json")

@@ -135,6 +135,7 @@ def _torch_mode(mode: str, eager: str, args: argparse.Namespace, tmp: Path) -> d
         return out
     warm = _json_child(cmd, env, args.timeout)
     out["warm_first_two_steps_s"] = warm["first_two_steps_s"]
+    out["warm_steady_step_s"] = warm["steady_step_s"]  # executables loaded, not compiled
     out["warm_losses_equal"] = cold["losses"] == warm["losses"]
     if "dynamo_s" in warm:  # what a warm process still pays in Dynamo and AOTAutograd
         out["warm_dynamo_s"] = warm["dynamo_s"]["dynamo"]
