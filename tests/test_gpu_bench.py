@@ -35,3 +35,23 @@ def test_gpu_benchmark_quick_mode_runs_every_part(tmp_path):
     assert moves["swap=False, graph freed"] == "ok" and moves["swap=True, graph freed"] == "ok"
     opinfo = parts["opinfo"]
     assert opinfo["ops"] == 3 and opinfo["wrong"] == 0 and opinfo["error"] == 0
+
+
+def test_a_failed_mode_keeps_the_other_figures_and_fails_the_run(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import gpu
+
+    torch_part = {
+        "eager": {"steady_step_s": 0.0165},
+        "xlacache": {"error": "RuntimeError: child failed: Traceback ...\nInvalidBackend: 'x'"},
+        "error": ["xlacache: RuntimeError: ..."],
+    }
+    opinfo = {"ops": 3, "native": 2, "fallback": 0, "wrong": 0, "error": 1, "skip": 0}
+    opinfo["wrong_or_error"] = {"chalf": "TypeError: complex32"}
+    results = {"parts": {"torch": torch_part, "opinfo": opinfo, "jax": {"error": "boom"}}}
+    rows = gpu.table(results).splitlines()
+    assert "| torch GPT | eager | steady_step 16.5 ms |" in rows
+    assert "| torch GPT | xlacache | failed: InvalidBackend: 'x' |" in rows  # its own line
+    assert "| jax | failed | boom |" in rows
+    assert gpu._failed(torch_part) and gpu._failed({"error": "boom"})
+    assert not gpu._failed(opinfo)  # an op's error is a figure, not a failed part
