@@ -105,11 +105,6 @@ INTERNALS = (
         ("aval", "sharding", "committed", "_skip_checks"),
     ),
     Internal("jax._src.lib", "_jax.ExecuteResults.consume_with_handlers"),
-    Internal(
-        "jax._src.array",
-        "ArrayImpl.__init__",
-        ("aval", "sharding", "arrays", "committed", "_skip_checks"),
-    ),
 )
 
 

@@ -139,8 +139,8 @@ class Program:
         self.executable = executable
         self.device = device
         self.key = key
-        # by whether an input was committed: native result handlers, one per result (built at
-        # the first call), so that later calls wrap results as jit does, without Python per result
+        # by whether an input was committed: native result handlers, one per result, built at
+        # the first call (later calls wrap results as jit does, with no Python per result)
         self._handlers: dict[bool, list] = {}
 
     def __call__(self, *args: Any) -> list[Any]:
@@ -160,27 +160,19 @@ class Program:
         if handlers is not None:
             return results.consume_with_handlers(handlers)
         outs = [shards[0] for shards in results.disassemble_into_single_device_arrays()]
-        self._handlers[committed] = [_result_handler(o, committed) for o in outs]
-        # as jit: uncommitted inputs, uncommitted results (a later multi-device program may
-        # place them as it would place the jit's)
-        return outs if committed else [_uncommitted(o) for o in outs]
+        handlers = self._handlers[committed] = [_result_handler(o, committed) for o in outs]
+        return [h([o]) for h, o in zip(handlers, outs, strict=True)]
 
 
 def _result_handler(a: Any, committed: bool) -> Any:
-    """JAX's native handler wrapping a result buffer shaped and placed as ``a``."""
+    """JAX's native handler wrapping a result buffer shaped and placed as ``a``: committed as
+    a jit result is (uncommitted when no input was, so that a later multi-device program may
+    place it as it would place the jit's)."""
     from jax._src.lib import xla_client
 
     return xla_client.array_result_handler(
         a.aval, a.sharding, committed=committed, _skip_checks=True
     )
-
-
-def _uncommitted(a: Any) -> Any:
-    """``a`` (no copy) as an array JAX may still move, like a jit result of uncommitted
-    inputs."""
-    from jax._src import array
-
-    return array.ArrayImpl(a.aval, a.sharding, [a], committed=False, _skip_checks=True)
 
 
 # Programs over several devices: their placements, described exactly as JSON.
