@@ -12,6 +12,9 @@ from __future__ import annotations
 import jax
 import numpy as np
 import torch
+from jax._src.interpreters.pxla import batched_device_put, get_default_device
+from jax.core import ShapedArray
+from jax.sharding import SingleDeviceSharding
 
 from . import metrics
 from .graph import Node, data_node
@@ -45,8 +48,23 @@ def device_tensor(data: jax.Array, dtype: torch.dtype) -> LazyTensor:
 def to_device(t: torch.Tensor) -> LazyTensor:
     """Copy a CPU tensor to the device (``TransferToDevice``)."""
     with x64():
-        data = jax.device_put(host_array(t))
+        data = put(host_array(t))
     return device_tensor(data, t.dtype)
+
+
+_SHARDINGS: dict[jax.Device, SingleDeviceSharding] = {}
+
+
+def put(arr: np.ndarray) -> jax.Array:
+    """``jax.device_put(arr)`` (uncommitted, on JAX's default device) without its Python
+    dispatch: JAX's own batched put, as ``device_put`` ends in, at a seventh of the cost
+    (``arr`` has a device dtype and is private: ``host_array``)."""
+    dev = get_default_device()
+    sharding = _SHARDINGS.get(dev)
+    if sharding is None:
+        sharding = _SHARDINGS.setdefault(dev, SingleDeviceSharding(dev))
+    aval = ShapedArray(arr.shape, arr.dtype)
+    return batched_device_put(aval, sharding, [arr], [dev], committed=False)
 
 
 def to_host(leaf: Node, dtype: torch.dtype) -> torch.Tensor:

@@ -21,6 +21,7 @@ import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
+from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.fx import Graph, GraphModule
 
 from .. import metrics, torch_internals
@@ -174,6 +175,7 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
             bw_compiler=_compiler("backward", serializable),
             inference_compiler=_compiler("inference", serializable),
             decompositions=decompositions(),
+            partition_fn=min_cut_rematerialization_partition,
             keep_inference_input_mutations=True,  # updates of inputs in the graph: in place
         )
         STATE.dynamo_compiling = seen
