@@ -64,6 +64,9 @@ LAZY_SETTINGS: tuple[Setting, ...] = (
     _lazy("gc_defer", BOOL, True, "XLACACHE_LAZY_GC_DEFER",
           "collect young objects rarely while a step is traced (restored at the barrier)",
           "docs/lazy.md"),
+    _lazy("autograd_threads", BOOL, False, "XLACACHE_LAZY_AUTOGRAD_THREADS",
+          "run backward passes on torch's autograd device threads (off: the thread that "
+          "first uses the device runs them itself, no handoff per backward)", "docs/lazy.md"),
     _lazy("rate_tracker_smoothing", FRACTION, 0.4, "RATE_TRACKER_SMOOTHING",
           "RateTracker's smoothing of the rate (torch_xla's)", "docs/lazy.md"),
     _lazy("cpu_num_devices", POSITIVE, None, "CPU_NUM_DEVICES",

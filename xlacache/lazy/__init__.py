@@ -202,7 +202,8 @@ def install() -> None:
     """Install what the ``xla`` device needs from torch (``device()`` does it at first use):
     the device guard and the XLA-key factory kernels, ``torch.autocast("xla")``'s kernels,
     ``torch.Generator(device="xla")``, the seeding hook of ``torch.manual_seed``, Dynamo's
-    trace rules. Nothing changes for any other device; ``uninstall()`` undoes it."""
+    trace rules; backward passes of the calling thread run on it (``_backward_on_this_thread``).
+    Nothing else changes for any other device; ``uninstall()`` undoes it."""
     if _device.active():
         return
     _device.activate(
@@ -212,8 +213,21 @@ def install() -> None:
             _rng.install_generator,
             _rng.install_seed_hook,
             _install_dynamo_rules,
+            _backward_on_this_thread,
         ]
     )
+
+
+def _backward_on_this_thread() -> Any:
+    """Backward passes started on this thread run on it, not on torch's autograd thread for
+    the xla device: a backward of the lazy runtime is Python that dispatches work (the device
+    runs asynchronously), and handing it to a device thread and back costs more than it runs
+    (``XLACACHE_LAZY_AUTOGRAD_THREADS=1`` keeps torch's threads). The setting is torch's own,
+    per thread (``torch.autograd.set_multithreading_enabled``); values are the same."""
+    if _lazy_setting("autograd_threads"):
+        return None
+    switch = torch.autograd.set_multithreading_enabled(False)  # as a function: set now
+    return lambda: switch.__exit__(None, None, None)
 
 
 def uninstall() -> None:

@@ -101,6 +101,7 @@ INTERNALS = (
     Internal("torch._C._disabled_torch_function_impl", "tensor: no __torch_function__ layer"),
     Internal("torch._C._increment_version", "dynamo.program: inputs updated in place"),
     Internal("torch._foreach_copy_", "dynamo.program: step counters written back"),
+    Internal("torch._foreach_add_", "dynamo.program: step counters advanced in place"),
     Internal("torch._ops.OpOverload", "dispatch, record, graph, dynamo.lower: aten ops"),
     Internal("torch._guards.TracingContext.get", "dynamo.backend: the graph's fake mode"),
     Internal("torch._subclasses.fake_tensor.FakeTensorMode", "dynamo.aot_cache: a loaded graph"),

@@ -18,10 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from functorch.compile import min_cut_rematerialization_partition
 from torch._decomp import core_aten_decompositions, decomposition_table
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
-from torch._functorch.partitioners import min_cut_rematerialization_partition
 from torch.fx import Graph, GraphModule
 
 from .. import metrics, torch_internals

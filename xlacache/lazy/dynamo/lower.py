@@ -16,7 +16,8 @@ runs on Python ints.
 0-d CPU tensors (an optimizer's ``step`` counters, a learning rate held in a tensor) enter the
 program as values packed per dtype (one transfer each); the CPU tensors a graph updates get
 their new values from the graph's CPU-only part, run on the host by torch (``Plan.host``), so
-no value comes back from the device.
+no value comes back from the device; an optimizer's counters, which only add 1, in one
+``_foreach_add_`` (``Plan.counter_step``).
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ class Plan:
     n_device_outputs: int = 0
     n_host_outputs: int = 0
     host: GraphModule | None = None  # the host results from the CPU and int inputs
+    counter_step: int | float | None = None  # the host part adds this to each update alone
     groups: list[tuple[torch.dtype, list[int]]] = field(default_factory=list)  # CPU scalars
     symbolic: bool = False
 
@@ -302,7 +304,26 @@ def _host_part(p: Plan) -> str | None:
             env[n] = g.node_copy(n, lambda a: env[a])
     g.output(tuple(env[r] for r in p.host_results))
     p.host = GraphModule(p.gm, g)
+    p.counter_step = _counter_step(p)
     return None
+
+
+def _counter_step(p: Plan) -> int | float | None:
+    """``c`` when the host part only adds ``c`` to each CPU input it updates (the optimizers'
+    ``step`` counters: one ``_foreach_add_`` in place does it), else None."""
+    if p.n_host_outputs:
+        return None
+    steps = set()
+    for i, r in zip(p.host_updates, p.host_results, strict=True):
+        if r.op != "call_function" or r.target is not aten.add.Tensor or r.kwargs:
+            return None
+        src, c = r.args
+        if src is not p.placeholders[i] or type(c) not in (int, float):
+            return None
+        if r.meta["val"].dtype != src.meta["val"].dtype:
+            return None
+        steps.add((type(c), c))
+    return steps.pop()[1] if len(steps) == 1 else None
 
 
 # --------------------------------------------------------------------------- one binding

@@ -53,6 +53,31 @@ _refcount = sys.getrefcount
 _increment_version = torch._C._increment_version
 
 
+_ZEROS = torch.ops.aten.zeros.default
+_SHARED_ZEROS_BYTES = 1 << 20  # zeros up to this size are made once and shared
+_shared_zeros: dict[tuple, jax.Array] = {}
+
+
+def zeros_array(n: Node) -> jax.Array | None:
+    """A device array for a pending ``zeros`` factory value, or None for any other node.
+
+    Autograd gives a backward zeros for the outputs the loss does not use (logits, a KV
+    cache); computing each as a lazy graph would run a program per input per step. Arrays
+    are immutable, so small ones are made once and shared (never for an input the program
+    updates: its buffer may be donated)."""
+    if n.op is not _ZEROS or n.inputs:
+        return None
+    shape, dtype = n.avals[0]
+    key = (shape, dtype)
+    z = _shared_zeros.get(key)
+    if z is None:
+        with x64():
+            z = jax.numpy.zeros(shape, jax_dtype(dtype))
+        if z.nbytes <= _SHARED_ZEROS_BYTES and len(_shared_zeros) < 256:
+            _shared_zeros[key] = z
+    return z
+
+
 def note_fallback(reason: str, warn: bool = False) -> None:
     """Count a graph that runs lazily and keep why (``report()``); ``warn``: say it once."""
     metrics.counter_inc("CompiledGraphFallback")
@@ -149,6 +174,7 @@ class CompiledGraph:
         self.ints = plan.int_inputs
         self.static = not plan.symbolic and not self.ints
         self.donated = tuple(self.dev.index(i) for i in plan.device_updates)
+        self.updated = frozenset(plan.device_updates)
         self.groups = [(lower.packed_dtype(d), members) for d, members in plan.groups]
         h = hashlib.blake2b(f"xlacache.lazy.dynamo/{FORMAT}\n".encode(), digest_size=16)
         h.update(gm.code.encode())
@@ -182,7 +208,9 @@ class CompiledGraph:
                     return self.fallback(*args)
                 self.programs[key] = prog
             p = self.plan
-            host = p.host(*[args[i] for i in self.host_inputs]) if p.host is not None else ()
+            host = ()
+            if p.host is not None and p.counter_step is None:
+                host = p.host(*[args[i] for i in self.host_inputs])
             run = prog.run if self._exclusive(args, arrays) else self._plain(prog)
             t0 = time.perf_counter_ns()
             with x64():
@@ -196,22 +224,27 @@ class CompiledGraph:
     # -- inputs
 
     def _arrays(self, args: list) -> list:
-        arrays = []
-        pending = []
-        for i in self.dev:
+        arrays: list[Any] = []
+        pending: list[int] = []  # positions in ``arrays`` of values to compute first
+        for j, i in enumerate(self.dev):
             a = args[i]
             c = getattr(a, "_c", None)
             if c is None or not isinstance(a, LazyTensor):
                 raise _mixed(i, a, "an xla tensor")
             r = c._root
             n = c._v[0] if r is None or c._rgen == r._gen else None
-            if n is None or n.op is not DATA:
-                pending.append(a)
-            arrays.append(n)
+            if n is not None and n.op is DATA:
+                arrays.append(n.data)
+                continue
+            z = None if n is None or i in self.updated or STATE.spmd else zeros_array(n)
+            if z is None:
+                pending.append(j)
+            arrays.append(z)
         if pending:
-            materialize(pending)
-            return [args[i]._c._v[0].data for i in self.dev]
-        return [n.data for n in arrays]
+            materialize([args[self.dev[j]] for j in pending])
+            for j in pending:
+                arrays[j] = args[self.dev[j]]._c._v[0].data
+        return arrays
 
     def _packed(self, args: list) -> list:
         """The 0-d CPU tensors' values, one array per dtype (their values now: copies)."""
@@ -286,7 +319,10 @@ class CompiledGraph:
             updated.append(t)
         if p.host_updates:  # the CPU tensors (step counters) in one op
             targets = [args[i] for i in p.host_updates]
-            torch._foreach_copy_(targets, list(host[p.n_host_outputs :]))
+            if p.counter_step is not None:
+                torch._foreach_add_(targets, p.counter_step)
+            else:
+                torch._foreach_copy_(targets, list(host[p.n_host_outputs :]))
         if updated:
             _increment_version(updated)  # as an in-place op would: autograd checks saved values
 
