@@ -180,7 +180,7 @@ def main() -> None:
     if not args.no_hf:
         hf_out = Path(args.out).with_name("hf_tiny.json")
         script = str(Path(__file__).with_name("hf_tiny.py"))
-        subprocess.run([sys.executable, script, "--out", str(hf_out)], check=True)
+        subprocess.run([sys.executable, script, "--repeat", "3", "--out", str(hf_out)], check=True)
         results["hf"] = json.loads(hf_out.read_text())
     print(results["uptime"])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
