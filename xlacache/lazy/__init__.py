@@ -212,6 +212,7 @@ def install() -> None:
             _autocast.install,
             _rng.install_generator,
             _rng.install_seed_hook,
+            _rng.install_device_module,
             _install_dynamo_rules,
             _backward_on_this_thread,
         ]

@@ -8,6 +8,8 @@ numbers: the epoch is a graph input.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -83,6 +85,66 @@ class _SeedHook:
     @staticmethod
     def manual_seed_all(seed: int) -> None:
         set_seed(int(seed))
+
+
+def get_state() -> torch.Tensor:
+    """The device stream's state (``torch.xla.get_rng_state()``): its seed and how far it has
+    drawn, as a byte tensor (torch's convention for RNG states)."""
+    _check_seed()
+    words = [STATE.torch_seed, STATE.rng_seed, STATE.rng_epoch, STATE.rng_index]
+    return torch.tensor(words, dtype=torch.int64).view(torch.uint8)
+
+
+def set_state(state: torch.Tensor) -> None:
+    """Put the device stream back where ``get_state`` read it: the draws that follow repeat
+    the ones that followed then (what activation checkpointing needs to recompute dropout)."""
+    torch_seed, seed, epoch, index = (int(v) for v in state.view(torch.int64))
+    if (epoch, seed) != (STATE.rng_epoch, STATE.rng_seed):
+        STATE.rng_leaf = None  # a leaf keyed by the restored seed and epoch, at the next draw
+    STATE.torch_seed, STATE.rng_seed, STATE.rng_epoch, STATE.rng_index = (
+        torch_seed,
+        seed,
+        epoch,
+        index,
+    )
+
+
+class _DeviceModule:
+    """``torch.xla``: the device's runtime module as torch's device-generic code reads it
+    (``torch.utils.checkpoint`` saves and restores the device RNG through it)."""
+
+    _initialized = True
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def device(index: Any = None) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def get_rng_state(device: Any = None) -> torch.Tensor:
+        return get_state()
+
+    @staticmethod
+    def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
+        set_state(state)
+
+
+def install_device_module() -> Callable[[], None] | None:
+    """Register ``torch.xla`` (``_DeviceModule``) unless something (torch_xla) already has;
+    the undo, or None."""
+    if hasattr(torch, "xla"):
+        return None
+    torch._register_device_module("xla", _DeviceModule)
+
+    def undo() -> None:
+        if getattr(torch, "xla", None) is _DeviceModule:
+            delattr(torch, "xla")
+            sys.modules.pop("torch.xla", None)
+
+    return undo
 
 
 def install_seed_hook() -> Callable[[], None] | None:
