@@ -52,7 +52,7 @@ _COMPILE_PARAMETERS = (
     "executable_devices",
 )
 
-# Every JAX internal the cache (this module, `jax_programs`, `lazy.transfer`) uses, with the
+# Every JAX internal the cache (this module, `jax_programs`) and the lazy runtime use, with the
 # parameters it binds by name. `check_compatible` and tests/test_jax_internals.py (one tripwire
 # each) read this table; supported: jax/jaxlib 0.6.2 to 0.10.x (docs/compat.md).
 INTERNALS = (
@@ -105,7 +105,7 @@ INTERNALS = (
         ("aval", "sharding", "committed", "_skip_checks"),
     ),
     Internal("jax._src.lib", "_jax.ExecuteResults.consume_with_handlers"),
-    # the lazy runtime's host -> device copies (`lazy.transfer.put`), as device_put ends
+    # where the lazy runtime puts host values and zeros (`lazy.transfer.put`, `zeros_array`)
     Internal("jax._src.interpreters.pxla", "batched_device_put", ("committed",)),
     Internal("jax._src.interpreters.pxla", "get_default_device"),
 )

@@ -74,3 +74,13 @@ def test_the_device_module_is_there_and_its_state_round_trips():
     torch.testing.assert_close(torch.rand(3, device=DEV).cpu(), a)
     b = torch.rand(3, device=DEV).cpu()
     assert not torch.equal(a, b)
+
+
+@pytest.mark.parametrize("seed", [0, 2**63 + 5, 2**64 - 1])  # torch.seed() draws any uint64
+def test_the_state_holds_every_torch_seed(seed):
+    torch.manual_seed(seed)
+    state = torch.xla.get_rng_state()
+    a = torch.rand(2, device=DEV).cpu()
+    torch.xla.set_rng_state(state)
+    torch.testing.assert_close(torch.rand(2, device=DEV).cpu(), a)
+    assert torch.initial_seed() == seed

@@ -92,13 +92,14 @@ def get_state() -> torch.Tensor:
     drawn, as a byte tensor (torch's convention for RNG states)."""
     _check_seed()
     words = [STATE.torch_seed, STATE.rng_seed, STATE.rng_epoch, STATE.rng_index]
-    return torch.tensor(words, dtype=torch.int64).view(torch.uint8)
+    return torch.from_numpy(np.array(words, dtype=np.uint64).view(np.uint8).copy())
 
 
 def set_state(state: torch.Tensor) -> None:
     """Put the device stream back where ``get_state`` read it: the draws that follow repeat
     the ones that followed then (what activation checkpointing needs to recompute dropout)."""
-    torch_seed, seed, epoch, index = (int(v) for v in state.view(torch.int64))
+    words = state.detach().cpu().numpy().view(np.uint64)  # torch seeds are unsigned 64-bit
+    torch_seed, seed, epoch, index = (int(v) for v in words)
     if (epoch, seed) != (STATE.rng_epoch, STATE.rng_seed):
         STATE.rng_leaf = None  # a leaf keyed by the restored seed and epoch, at the next draw
     STATE.torch_seed, STATE.rng_seed, STATE.rng_epoch, STATE.rng_index = (

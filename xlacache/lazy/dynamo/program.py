@@ -31,6 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 import torch
+from jax._src.interpreters.pxla import get_default_device
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx import GraphModule
 
@@ -68,7 +69,7 @@ def zeros_array(n: Node) -> jax.Array | None:
     if n.op is not _ZEROS or n.inputs:
         return None
     shape, dtype = n.avals[0]
-    key = (shape, dtype)
+    key = (shape, dtype, get_default_device())  # where the lazy executor would compute it
     z = _shared_zeros.get(key)
     if z is None:
         with x64():
