@@ -53,7 +53,7 @@ _COMPILE_PARAMETERS = (
 )
 
 # Every JAX internal the cache (this module, `jax_programs`) and the lazy runtime use, with the
-# parameters it binds by name. `check_compatible` and tests/test_jax_internals.py (one tripwire
+# parameters each binds by name. `check_compatible` and tests/test_jax_internals.py (one tripwire
 # each) read this table; supported: jax/jaxlib 0.6.2 to 0.10.x (docs/compat.md).
 INTERNALS = (
     Internal("jax._src.compiler", "compile_or_get_cached", _COMPILE_PARAMETERS),
