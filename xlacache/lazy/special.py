@@ -207,3 +207,38 @@ def _native_bn(args: tuple, kwargs: dict) -> Any:
         return _stats_like_input(x, out)
     empty = record(aten.new_zeros.default, (x, [0]), {})  # as eager: no saved statistics
     return out[0], empty, empty
+
+
+# GradScaler (``torch.amp.GradScaler("xla")``): its two fused ops, as torch's kernels compute them
+
+
+@special(aten._amp_foreach_non_finite_check_and_unscale_.default)
+def _amp_unscale_(args: tuple, kwargs: dict) -> None:
+    """Each gradient times ``inv_scale`` (in float32 at least, rounded to its dtype, as
+    torch's kernels compute it), and ``found_inf`` set to 1 if any value was not finite."""
+    grads, found_inf, inv_scale = args
+    found = found_inf
+    for g in grads:
+        bad = torch.logical_not(torch.isfinite(g)).any().to(found_inf.dtype)
+        found = torch.maximum(found, bad.reshape(found_inf.shape))
+        math = torch.promote_types(g.dtype, torch.float32)
+        assign(g, (g.to(math) * inv_scale.to(math)).to(g.dtype))
+    assign(found_inf, found)
+
+
+@special(aten._amp_update_scale_.default)
+def _amp_update_scale_(args: tuple, kwargs: dict) -> LazyTensor:
+    """The scale backs off after a step with infs or nans, and grows (unless that overflows
+    float32) after ``growth_interval`` clean steps in a row; products in float64, rounded to
+    float32, as torch's kernels compute them."""
+    scale, tracker, found_inf, growth, backoff, interval = args
+    found = found_inf > 0
+    clean = tracker + 1
+    grow = clean == interval
+    grown = (scale.double() * growth).to(scale.dtype)
+    backed = (scale.double() * backoff).to(scale.dtype)
+    kept = torch.where(grow & torch.isfinite(grown), grown, scale)
+    assign(scale, torch.where(found, backed, kept))
+    zero = torch.zeros_like(tracker)
+    assign(tracker, torch.where(found | grow, zero, clean))
+    return scale
