@@ -232,7 +232,7 @@ def _amp_update_scale_(args: tuple, kwargs: dict) -> LazyTensor:
     float32) after ``growth_interval`` clean steps in a row; products in float64, rounded to
     float32, as torch's kernels compute them."""
     scale, tracker, found_inf, growth, backoff, interval = args
-    found = found_inf > 0
+    found = found_inf != 0  # as the kernel reads it: any nonzero value (nan too)
     clean = tracker + 1
     grow = clean == interval
     grown = (scale.double() * growth).to(scale.dtype)
