@@ -6,7 +6,9 @@ xlacache's own figures), xlacache.stats(), the loss and the cache's warnings. It
 settings (argv[1], JSON): path, options (initialize_cache keywords), ready and go
 (files: say it is ready, wait for the start), hang_on/hanging (hang forever, saying so
 in that file, when compiling a program whose name contains hang_on), waiting (a file
-made when it first waits on another worker's compile), variant (another step program).
+made when it first waits on another worker's compile), variant (another step program),
+compile_seconds (each compile takes that much longer: workers started at once then overlap
+in their compiles even on a loaded machine, as they do where compiles take minutes).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def counted(backend, module, *args, **kw):
     if settings.get("hang_on") and settings["hang_on"] in name:
         open(settings["hanging"], "w").close()
         time.sleep(600)  # killed here: mid-compile, holding the lease
+    time.sleep(settings.get("compile_seconds", 0))  # a slow compiler, as on an accelerator
     return backend_compile(backend, module, *args, **kw)
 
 compiler.backend_compile_and_load = counted

@@ -79,7 +79,9 @@ def pod(request, tmp_path) -> Pod:
 def test_workers_missing_one_program_at_once_compile_it_once(pod, alone, tmp_path):
     n = compile_count(alone)
     assert n >= 2  # the arrays' programs and the step
-    results = run_pod([(pod.settings(i, role="writer"), pod.env) for i in range(3)], tmp_path)
+    slow = {"compile_seconds": 0.5}  # the workers' compiles overlap, however loaded the machine
+    workers = [({**pod.settings(i, role="writer"), **slow}, pod.env) for i in range(3)]
+    results = run_pod(workers, tmp_path)
     assert sum(compile_count(r) for r in results) == n  # as many as one worker alone
     assert all(r["loss"] == alone["loss"] for r in results)
     stats = [r["stats"] for r in results]
@@ -89,7 +91,8 @@ def test_workers_missing_one_program_at_once_compile_it_once(pod, alone, tmp_pat
 
 
 def test_without_single_flight_every_worker_compiles(alone, tmp_path):
-    pod = [({"path": str(tmp_path / "shared"), "options": {"single_flight": False}}, None)] * 3
+    shared = {"path": str(tmp_path / "shared"), "options": {"single_flight": False}}
+    pod = [({**shared, "compile_seconds": 0.5}, None)] * 3  # their compiles overlap
     results = run_pod(pod, tmp_path)
     assert sum(compile_count(r) for r in results) > compile_count(alone)
 
