@@ -1,5 +1,6 @@
 """The CPU fallback never returns a silently stale value: a view op it runs gives a copy, and
-writing through that copy, or reading it after the viewed tensor changed, raises."""
+writing through that copy, or reading it after the viewed tensor changed, raises. An in-place op
+it runs writes every argument the op writes, lists of tensors included."""
 
 from __future__ import annotations
 
@@ -53,3 +54,34 @@ def test_write_through_dtype_view_reaches_the_tensor():
     d.view(torch.int32).add_(1)
     x.view(torch.int32).add_(1)
     assert torch.equal(d.cpu(), x)
+
+
+def _fused_sgd_state(device: object) -> tuple[list[torch.Tensor], ...]:
+    g = torch.Generator().manual_seed(0)
+    ps = [torch.randn(4, 3, generator=g), torch.randn(5, generator=g)]
+    grads = [torch.randn(p.shape, generator=g) for p in ps]
+    bufs = [torch.randn(p.shape, generator=g) for p in ps]
+    return tuple([t.to(device) for t in ts] for ts in (ps, grads, bufs))
+
+
+def test_inplace_op_writing_lists_updates_every_tensor():
+    """``_fused_sgd_`` writes three lists of tensors (and returns nothing): each element of
+    each list gets the CPU kernel's value, where the one-tensor in-place path would raise."""
+    kw = dict(weight_decay=0.01, momentum=0.9, lr=0.1, dampening=0.0, nesterov=True)
+    kw.update(maximize=False, is_first_step=False)
+    want, got = _fused_sgd_state("cpu"), _fused_sgd_state(DEV)
+    aten._fused_sgd_(*want, **kw)
+    with pytest.warns(UserWarning, match="running it on CPU"):
+        assert aten._fused_sgd_(*got, **kw) is None
+    for w, g in zip(want, got, strict=True):
+        for a, b in zip(w, g, strict=True):
+            assert torch.equal(b.cpu(), a)
+
+
+def test_fallback_never_broadcasts_a_resized_written_argument():
+    x = torch.randn(3, 4).to(DEV)
+    vals = torch.empty(1, device=DEV)  # the kernel resizes it to (3,): no lazy tensor can
+    idx = torch.empty(3, dtype=torch.long, device=DEV)
+    op = aten.max.dim_max
+    with pytest.raises(RuntimeError, match="cannot resize a written argument"):
+        dispatch.cpu_fallback(op, (x, 1), {"max": vals, "max_values": idx}, warn=False)

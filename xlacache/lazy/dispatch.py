@@ -122,7 +122,7 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
         return _foreach(name, func, args, kwargs)
     if "out" in kwargs and isinstance(kwargs.get("out"), LazyTensor):
         return _out_variant(func, args, kwargs)
-    if is_inplace(func):
+    if is_inplace(func) and _writes_self_only(func):
         f = functional_of(func)
         if f is not None:
             res = dispatch(f, args, kwargs)
@@ -170,6 +170,15 @@ def is_inplace(func: Any) -> bool:
         bool(args and args[0].alias_info is not None and args[0].alias_info.is_write)
         and not func._schema.arguments[0].kwarg_only
     )
+
+
+def _writes_self_only(func: Any) -> bool:
+    """Whether the one argument ``func`` writes is its first, a single tensor (``add_``, not
+    ``_fused_adam_`` or ``rrelu_with_noise_``): the in-place ops its functional form serves."""
+    written = [
+        a for a in func._schema.arguments if a.alias_info is not None and a.alias_info.is_write
+    ]
+    return len(written) == 1 and str(written[0].type) == "Tensor"
 
 
 def _out_variant(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -320,15 +329,26 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any
             return torch.device("cpu")
         return x
 
-    cargs = down(args)
+    cargs = list(down(args))
     ckw = {k: down(v) for k, v in kwargs.items()}
+    written = [
+        (i, a.name)
+        for i, a in enumerate(func._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
+    for i, name in written:  # host copies from numpy cannot resize: an out= kernel may
+        if i < len(cargs):
+            cargs[i] = _resizable(cargs[i])
+        elif name in ckw:
+            ckw[name] = _resizable(ckw[name])
     res = func(*cargs, **ckw)
-    for i, a in enumerate(func._schema.arguments):  # write mutated inputs back
-        if a.alias_info is None or not a.alias_info.is_write:
-            continue
-        orig, new = (args[i], cargs[i]) if i < len(args) else (kwargs.get(a.name), ckw.get(a.name))
-        if isinstance(orig, LazyTensor) and isinstance(new, torch.Tensor):
-            assign(orig, to_device(new))
+    for i, name in written:  # write mutated inputs back
+        orig, new = (args[i], cargs[i]) if i < len(args) else (kwargs.get(name), ckw.get(name))
+        if isinstance(orig, (list, tuple)):  # Tensor(a!)[]: each element written back
+            for o, n in zip(orig, new, strict=True):
+                _write_back(func, o, n)
+        else:
+            _write_back(func, orig, new)
 
     def up(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
@@ -346,3 +366,22 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any
         root = b._root if b._root is not None else b
         track_view(out, root, (*b._chain, (func, tuple(args[1:]), kwargs)))
     return out
+
+
+def _write_back(func: Any, orig: Any, new: Any) -> None:
+    """The CPU run's value of a written argument into the lazy tensor the caller passed."""
+    if not isinstance(orig, LazyTensor) or not isinstance(new, torch.Tensor):
+        return
+    if tuple(new.shape) != tuple(orig.shape):  # never broadcast a resized output back
+        raise RuntimeError(
+            f"xlacache.lazy: cannot resize a written argument of {func} on the device"
+        )
+    assign(orig, to_device(new))
+
+
+def _resizable(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_resizable(e) for e in x)
+    return x
