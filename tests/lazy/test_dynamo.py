@@ -340,3 +340,26 @@ def test_views_of_one_tensor_as_inputs_compile_when_nothing_is_updated():
         before[0],
         before[1] + 1,
     )
+
+
+def test_a_python_float_that_changes_compiles_as_a_graph_input():
+    """Dynamo makes a float argument that changed an input of the next graph (a 0-d CPU tensor
+    and its ``item``); that graph compiles, serves every later value, and gives eager's
+    numbers: no graph break, no lazy run."""
+
+    def fn(x: torch.Tensor, scale: float) -> torch.Tensor:
+        return x * scale + 1
+
+    from torch._dynamo.utils import counters
+
+    x = torch.randn(64)
+    compiled = torch.compile(fn, backend="xlacache")
+    before = {n: _count(n) for n in ("CompiledGraph", "CompiledGraphLazyRun", "DynamoGraph")}
+    breaks = sum(counters["graph_break"].values())
+    for scale in (0.5, 0.1, 1 / 3, 0.7, 1e-3):
+        assert torch.equal(compiled(x.to(DEV), scale).cpu(), fn(x, scale)), scale
+    assert sum(counters["graph_break"].values()) == breaks
+    assert _count("CompiledGraphLazyRun") == before["CompiledGraphLazyRun"]
+    # one graph for the first value, one for every later one
+    assert _count("DynamoGraph") - before["DynamoGraph"] == 2
+    assert _count("CompiledGraph") - before["CompiledGraph"] == 2

@@ -124,6 +124,20 @@ def test_optimizers_with_clipping_and_a_scheduler_compile_and_equal_eager(name):
         assert _count("DynamoRecompile") == before[1]
 
 
+@pytest.mark.slow
+def test_foreach_adam_with_a_float_lr_scheduler_compiles_and_equals_eager():
+    """A scheduler that changes a float LR makes Dynamo recompile the step with the LR as a
+    graph input; that graph compiles too (it used to fail, and the retraced optimizer then
+    could not be traced at all)."""
+    make = OPTIMIZERS["adam_foreach"]
+    want, _, _ = _run(make, "cpu", "eager", clip=True, sched=True)
+    before = _count("CompiledGraphLazyRun")
+    got, traced, _ = _run(make, DEV, "step", clip=True, sched=True)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    assert _count("CompiledGraphLazyRun") == before
+    assert traced[-3:] == [0, 0, 0]  # the LR is an input now: its new values trace nothing
+
+
 def test_an_update_does_not_lose_a_value_still_pending_on_the_old_parameter():
     """A parameter's buffer is donated only when nothing else holds it: a lazy value computed
     from the old parameter before the step keeps it."""

@@ -163,6 +163,12 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
             return gm.forward
         fakes.append(v)
     fakes = torch_internals.backend_fakes(fakes, example_inputs)
+    # a host tensor goes to AOTAutograd as it is, as with PyTorch's own backends: it fakes it
+    # in its mode with what Dynamo noted (a float Dynamo made a tensor keeps its ``item``)
+    fakes = [
+        x if isinstance(x, torch.Tensor) and not isinstance(x, LazyTensor) else f
+        for f, x in zip(fakes, example_inputs, strict=True)
+    ]
     graph, attributes, fakes = lift_lazy_attributes(gm, fakes)
     seen: dict[str, Any] = {}
     # lazy tensors report contiguous strides: AOTAutograd expects contiguous tangents
