@@ -6,7 +6,10 @@ Two things a C++ backend normally provides are set up here:
   device (``torch_internals.install_xla_guard``: c10's guard registry, per torch release);
 * kernels on the ``XLA`` dispatch key for the factory ops that allocate (``empty``,
   ``empty_strided``, ``arange``...). Everything else reaches ``LazyTensor.__torch_dispatch__``
-  because lazy tensors carry the Python dispatch key.
+  because lazy tensors carry the Python dispatch key;
+* ``as_strided_``'s metadata kernel on the ``XLA`` key: torch's (a composite kernel for
+  "non-functional" backends) leaves XLA out, and AOTAutograd's functional wrappers of ``xla``
+  fakes apply in-place view ops (``squeeze_``, ``transpose_``...) with it.
 
 The guard is registered at import (``install_guard``), as torch_xla's extension does: torch's
 autograd engine sizes its per-device queues once, at the process's first backward, from the
@@ -49,6 +52,9 @@ def install(
         lib.impl(op, _bind(factory, op), "XLA")
     if copy_from is not None:
         lib.impl(torch.ops.aten._copy_from.default, copy_from, "XLA")
+    strided_ = torch.ops.aten.as_strided_.default
+    if not strided_.has_kernel_for_dispatch_key(torch._C.DispatchKey.XLA):  # torch_xla's wins
+        lib.impl(strided_, _as_strided_, "XLA")
     _state["libs"].append(lib)
     _state["done"] = True
 
@@ -57,6 +63,12 @@ def install_guard() -> None:
     """Register the ``DeviceType::XLA`` guard (once per process; kept alive)."""
     if "guard" not in _state:
         _state["guard"] = torch_internals.install_xla_guard()
+
+
+def _as_strided_(t: torch.Tensor, size: Any, stride: Any, storage_offset: Any = None) -> Any:
+    """Set ``t``'s sizes, strides and offset: the kernel torch runs for CPU tensors."""
+    cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    return torch.ops.aten.as_strided_.default.redispatch(cpu, t, size, stride, storage_offset)
 
 
 def _bind(factory: Callable[[Any, tuple, dict], Any], op: Any) -> Callable[..., Any]:

@@ -39,6 +39,7 @@ from ..executor import conform_result
 from ..lowering import LOWERINGS, jax_dtype, precision, reg
 from ..lowering.dtypes import promote
 from ..record import WIDE_DTYPES, op_info
+from . import strided
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -410,7 +411,9 @@ def build(
         if n.op != "call_function" or n.target is _MUTATION:
             continue
         t = n.target
-        fn = None if t is operator.getitem or t in _IDENTITY else _SIZES.get(t) or _lowering(t)
+        fn = strided.lowering(n, lambda s: concrete(s, bind))
+        if fn is None and t is not operator.getitem and t not in _IDENTITY:
+            fn = _SIZES.get(t) or _lowering(t)
         vals = n.meta.get("val")
         multi = isinstance(vals, (tuple, list))
         avals = tuple(aval(v, bind) if _fake(v) else None for v in _vals(n))

@@ -45,7 +45,7 @@ from ..lowering import jax_dtype, precision, x64
 from ..record import assign
 from ..state import STATE
 from ..tensor import LOCK, LazyTensor, new_lazy
-from . import lower
+from . import lower, strided
 
 FORMAT = 3  # versions the graph key below (2: float32 precision settings; 3: whole steps)
 _MAX_REASONS = 100
@@ -127,7 +127,7 @@ class LazyGraph:
     def __call__(self, *args: Any) -> Any:
         args = _unboxed(args)
         metrics.counter_inc("CompiledGraphLazyRun")
-        return self.gm(*args)
+        return strided.run_lazily(self.gm, args)
 
 
 def _host_scalar(x: Any) -> bool:

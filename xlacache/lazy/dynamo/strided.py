@@ -1,0 +1,140 @@
+"""Stride-aware lowerings for AOTAutograd graphs: ``as_strided``, ``as_strided_scatter`` and
+``sym_stride`` read their input's layout from its fake tensor.
+
+A lazy tensor reports a contiguous layout, and the lazy runtime's ``as_strided`` works on the
+tensor's own elements in that layout. In an AOTAutograd graph, views keep eager's layout: the
+fake of ``x.transpose(1, 2)`` has strides ``(36, 6, 12, 1)``, and functionalization replays a
+view (a ``chunk`` of it, say) as ``as_strided(transpose, size, stride, offset)`` over the
+storage those strides index. These lowerings map each storage position the op names to the
+input element that holds it (positions from the input's sizes, strides and storage offset), so
+the value is eager's. A position that no element of the input holds raises: the graph never
+reads past what it was given. ``run_lazily`` runs such a graph op by op on lazy tensors (a
+graph that does not lower) with the same index maps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+from torch.fx import Node
+
+aten = torch.ops.aten
+Concrete = Callable[[Any], int]
+LAYOUT_OPS = (aten.as_strided.default, aten.as_strided_scatter.default, aten.sym_stride.int)
+
+
+def positions(size: Any, stride: Any, offset: Any) -> np.ndarray:
+    """The storage position of each element of a ``size``/``stride``/``offset`` view."""
+    idx = np.full(tuple(int(n) for n in size), int(offset or 0), dtype=np.int64)
+    for d, (n, s) in enumerate(zip(size, stride, strict=True)):
+        shape = [1] * len(size)
+        shape[d] = int(n)
+        idx = idx + (np.arange(int(n), dtype=np.int64) * int(s)).reshape(shape)
+    return idx
+
+
+def _layout(node: Any, concrete: Concrete) -> np.ndarray:
+    v = node.meta["val"]
+    return positions(
+        [concrete(s) for s in v.shape],
+        [concrete(s) for s in v.stride()],
+        concrete(v.storage_offset()),
+    )
+
+
+def _gather_index(have: np.ndarray, want: np.ndarray, what: str) -> np.ndarray:
+    """For each position in ``want``, the flat index of an element of ``have`` holding it."""
+    top = int(max(have.max(initial=-1), want.max(initial=-1))) + 1
+    inverse = np.full(max(top, 1), -1, dtype=np.int64)
+    inverse[have.ravel()] = np.arange(have.size, dtype=np.int64)
+    if want.size and (want.min() < 0 or (inverse[want] < 0).any()):
+        raise NotImplementedError(
+            f"xlacache.lazy.dynamo: {what} reads storage its input does not hold"
+        )
+    return inverse[want] if want.size else want
+
+
+def lowering(n: Node, concrete: Concrete) -> Callable[..., Any] | None:
+    """The stride-aware lowering of node ``n`` (sizes evaluated with ``concrete``), or None
+    when ``n`` does not depend on its input's layout."""
+    t = n.target
+    src = n.args[0] if n.args else None
+    if not isinstance(src, Node) or "val" not in src.meta:
+        return None
+    if t is aten.sym_stride.int:
+        strides = [concrete(s) for s in src.meta["val"].stride()]
+        return lambda x, d: strides[d]
+    if t is aten.as_strided.default:
+        have = _layout(src, concrete)
+
+        def as_strided(x: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
+            want = positions(size, stride, storage_offset)
+            idx = _gather_index(have, want, "as_strided")
+            return x.reshape(-1)[idx]
+
+        return as_strided
+    if t is aten.as_strided_scatter.default:
+        have = _layout(src, concrete)
+
+        def as_strided_scatter(
+            x: Any, s: Any, size: Any, stride: Any, storage_offset: Any = None
+        ) -> Any:
+            want = positions(size, stride, storage_offset)
+            _gather_index(have, want, "as_strided_scatter")  # every target is an element of x
+            source = np.full(int(max(have.max(initial=-1), want.max(initial=-1))) + 1, -1)
+            source[want.ravel()] = np.arange(want.size)
+            k = source[have]  # per element of x: the element of s written there, or -1
+            if not (k >= 0).any():
+                return x
+            flat = s.astype(x.dtype).reshape(-1)
+            return jnp.where(k >= 0, flat[np.maximum(k, 0)], x)
+
+        return as_strided_scatter
+    return None
+
+
+def _static(s: Any) -> int:
+    if isinstance(s, torch.SymInt):
+        raise NotImplementedError("xlacache.lazy.dynamo: a view's layout has symbolic sizes")
+    return int(s)
+
+
+def _view(args: tuple, kwargs: dict) -> np.ndarray:
+    """The positions an ``as_strided`` call's ``size, stride, storage_offset`` name."""
+    size, stride = args[0], args[1]
+    offset = args[2] if len(args) > 2 else kwargs.get("storage_offset")
+    return positions(size, stride, offset)
+
+
+class _EagerLayout(torch.fx.Interpreter):
+    """Runs a graph on lazy tensors, its layout-dependent ops by their index maps."""
+
+    def run_node(self, n: Node) -> Any:
+        if n.op != "call_function" or n.target not in LAYOUT_OPS:
+            return super().run_node(n)
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        if n.target is aten.sym_stride.int:
+            return _static(n.args[0].meta["val"].stride()[args[1]])
+        have = _layout(n.args[0], _static)
+        x = args[0]
+        if n.target is aten.as_strided.default:
+            idx = _gather_index(have, _view(args[1:], kwargs), "as_strided")
+            return x.reshape(-1)[torch.from_numpy(idx).to(x.device)]
+        s, want = args[1], _view(args[2:], kwargs)
+        _gather_index(have, want, "as_strided_scatter")
+        source = np.full(int(max(have.max(initial=-1), want.max(initial=-1))) + 1, -1)
+        source[want.ravel()] = np.arange(want.size)
+        k = torch.from_numpy(source[have]).to(x.device)
+        flat = s.to(x.dtype).reshape(-1)
+        return torch.where(k >= 0, flat[k.clamp(min=0)], x)
+
+
+def run_lazily(gm: torch.fx.GraphModule, args: Any) -> Any:
+    """``gm(*args)``, with eager's layouts for ``as_strided`` and its kin when ``gm`` has them."""
+    if any(n.op == "call_function" and n.target in LAYOUT_OPS for n in gm.graph.nodes):
+        return _EagerLayout(gm).run(*args)
+    return gm(*args)
