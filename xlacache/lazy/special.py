@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from .dispatch import dispatch, special
+from .dispatch import cpu_fallback, dispatch, special
 from .executor import to_cpu
 from .record import assign, record, value
 from .state import STATE
@@ -139,6 +139,15 @@ def _fill_like(func: Any, fill: int) -> Any:
 
 _fill_like(aten.ones_like.default, 1)
 _fill_like(aten.zeros_like.default, 0)
+
+
+@special(aten.histc.default)
+def _histc(args: tuple, kwargs: dict) -> Any:
+    """Integers: the graph op (``lowering.indexing._histc``); floating values: eager's CPU
+    kernel, whose bins a graph would not reproduce bit for bit."""
+    if args[0].dtype.is_floating_point:
+        return cpu_fallback(aten.histc.default, args, kwargs)
+    return record(aten.histc.default, args, kwargs)
 
 
 @special(aten.split.Tensor)

@@ -223,6 +223,8 @@ def _unlowerable(gm: GraphModule, nodes: list[Node]) -> str | None:
                 continue
             if _lowering(t) is None:
                 return f"{t} has no lowering"
+            if t is aten.histc.default and n.args[0].meta["val"].dtype.is_floating_point:
+                return "histc of floating values runs on the CPU (lowering.indexing._histc)"
             for v in _vals(n):
                 if v is not None and not _fake(v):
                     return f"{t} returns {type(v).__name__}"

@@ -213,6 +213,28 @@ def _isin(x: Any, test: Any, *, assume_unique: bool = False, invert: bool = Fals
     return ~found if invert else found
 
 
+@reg(aten.histc.default)
+def _histc(x: Any, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:  # noqa: A002
+    """``histc`` of integers, as CUDA computes it (eager's CPU kernel takes no integers, and
+    transformers' MoE layers count routed tokens with it on every device but the CPU): bounds
+    truncated to integers, the data's own when equal, ``(x - min) * bins // (max - min)``
+    with ``max`` in the last bin. Floating values run on the CPU (``special.py``): eager's
+    bin edges come from a float ``linspace`` that a graph would have to reproduce bit for bit."""
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise NotImplementedError("xlacache.lazy: histc of floating values runs on the CPU")
+    if x.size == 0:
+        return jnp.zeros(bins, x.dtype)
+    v = x.reshape(-1).astype(jnp.int64)
+    lo, hi = jnp.asarray(min).astype(jnp.int64), jnp.asarray(max).astype(jnp.int64)
+    same = lo == hi
+    lo, hi = jnp.where(same, v.min(), lo), jnp.where(same, v.max(), hi)
+    same = lo == hi
+    lo, hi = jnp.where(same, lo - 1, lo), jnp.where(same, hi + 1, hi)
+    keep = (v >= lo) & (v <= hi)
+    b = jnp.minimum((v - lo) * bins // (hi - lo), bins - 1)
+    return jnp.zeros(bins, x.dtype).at[jnp.where(keep, b, 0)].add(keep.astype(x.dtype))
+
+
 scalar_as_vector(
     aten.index_select.default,
     aten.gather.default,
