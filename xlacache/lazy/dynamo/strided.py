@@ -22,24 +22,16 @@ import numpy as np
 import torch
 from torch.fx import Node
 
+from ..lowering.shapes import strided_index
+
 aten = torch.ops.aten
 Concrete = Callable[[Any], int]
 LAYOUT_OPS = (aten.as_strided.default, aten.as_strided_scatter.default, aten.sym_stride.int)
 
 
-def positions(size: Any, stride: Any, offset: Any) -> np.ndarray:
-    """The storage position of each element of a ``size``/``stride``/``offset`` view."""
-    idx = np.full(tuple(int(n) for n in size), int(offset or 0), dtype=np.int64)
-    for d, (n, s) in enumerate(zip(size, stride, strict=True)):
-        shape = [1] * len(size)
-        shape[d] = int(n)
-        idx = idx + (np.arange(int(n), dtype=np.int64) * int(s)).reshape(shape)
-    return idx
-
-
 def _layout(node: Any, concrete: Concrete) -> np.ndarray:
     v = node.meta["val"]
-    return positions(
+    return strided_index(
         [concrete(s) for s in v.shape],
         [concrete(s) for s in v.stride()],
         concrete(v.storage_offset()),
@@ -72,7 +64,7 @@ def lowering(n: Node, concrete: Concrete) -> Callable[..., Any] | None:
         have = _layout(src, concrete)
 
         def as_strided(x: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
-            want = positions(size, stride, storage_offset)
+            want = strided_index(size, stride, storage_offset)
             idx = _gather_index(have, want, "as_strided")
             return x.reshape(-1)[idx]
 
@@ -83,7 +75,7 @@ def lowering(n: Node, concrete: Concrete) -> Callable[..., Any] | None:
         def as_strided_scatter(
             x: Any, s: Any, size: Any, stride: Any, storage_offset: Any = None
         ) -> Any:
-            want = positions(size, stride, storage_offset)
+            want = strided_index(size, stride, storage_offset)
             _gather_index(have, want, "as_strided_scatter")  # every target is an element of x
             source = np.full(int(max(have.max(initial=-1), want.max(initial=-1))) + 1, -1)
             source[want.ravel()] = np.arange(want.size)
@@ -107,7 +99,7 @@ def _view(args: tuple, kwargs: dict) -> np.ndarray:
     """The positions an ``as_strided`` call's ``size, stride, storage_offset`` name."""
     size, stride = args[0], args[1]
     offset = args[2] if len(args) > 2 else kwargs.get("storage_offset")
-    return positions(size, stride, offset)
+    return strided_index(size, stride, offset)
 
 
 class _EagerLayout(torch.fx.Interpreter):

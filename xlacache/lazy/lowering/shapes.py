@@ -76,22 +76,23 @@ reg(aten.diagonal.default)(
 )
 
 
-def _strided_index(size: Any, stride: Any, offset: Any) -> np.ndarray:
-    idx = np.full(tuple(size), offset or 0, dtype=np.int64)
-    for d, (n, s) in enumerate(zip(size, stride, strict=False)):
+def strided_index(size: Any, stride: Any, offset: Any) -> np.ndarray:
+    """The storage position of each element of a ``size``/``stride``/``offset`` view."""
+    idx = np.full(tuple(int(n) for n in size), int(offset or 0), dtype=np.int64)
+    for d, (n, s) in enumerate(zip(size, stride, strict=True)):
         shape = [1] * len(size)
-        shape[d] = n
-        idx = idx + (np.arange(n) * s).reshape(shape)
+        shape[d] = int(n)
+        idx = idx + (np.arange(int(n), dtype=np.int64) * int(s)).reshape(shape)
     return idx
 
 
 reg(aten.as_strided.default)(
-    lambda x, size, stride, offset=None: x.reshape(-1)[_strided_index(size, stride, offset)]
+    lambda x, size, stride, offset=None: x.reshape(-1)[strided_index(size, stride, offset)]
 )
 reg(aten.as_strided_scatter.default)(
     lambda x, src, size, stride, offset=None: (
         x.reshape(-1)
-        .at[_strided_index(size, stride, offset)]
+        .at[strided_index(size, stride, offset)]
         .set(src.astype(x.dtype))
         .reshape(x.shape)
     )
