@@ -39,6 +39,8 @@ TESTS = (
     "lazy/test_runtime.py",
     "lazy/test_parity.py",
     "lazy/test_dynamo.py",
+    "lazy/test_dynamo_layouts.py",
+    "lazy/test_histc.py",
     "test_torch_untouched.py",
 )
 # what the test modules import: tests/ and tests/lazy/ helpers (every non-test module)
