@@ -78,3 +78,34 @@ def test_compiled_histc_counts_tokens_and_floats_as_eager():
         counts, hist = torch.compile(fn, backend="xlacache")(e.to(DEV), x.to(DEV))
     assert torch.equal(counts.cpu(), torch.bincount(e, minlength=6).int())
     assert torch.equal(hist.cpu(), torch.histc(x, 10, -2, 2))
+
+
+@pytest.mark.slow
+def test_a_mixture_of_experts_model_trains_as_on_the_cpu():
+    """transformers' Mixtral counts tokens per expert with an integer ``histc`` on every
+    device but the CPU: it failed on the device."""
+    import transformers as T
+
+    def build() -> torch.nn.Module:
+        torch.manual_seed(0)
+        cfg = T.MixtralConfig(
+            vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, intermediate_size=64, num_local_experts=4,
+            num_experts_per_tok=2,
+        )  # fmt: skip
+        return T.MixtralForCausalLM(cfg)
+
+    def train(device: object) -> list[float]:
+        model = build().to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        losses = []
+        for step in range(2):
+            ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(step))
+            loss = model(input_ids=ids.to(device), labels=ids.to(device)).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        return losses
+
+    torch.testing.assert_close(train(DEV), train("cpu"), rtol=1e-5, atol=1e-6)
