@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 
 import pytest
@@ -11,7 +12,7 @@ import torch.nn as nn
 
 import xlacache.lazy as xl
 import xlacache.lazy.dynamo as xc
-from tests.conftest import run_module_json
+from tests.conftest import run_module_json, run_python
 from tests.lazy.models import MLP
 from xlacache.lazy import metrics
 
@@ -363,3 +364,25 @@ def test_a_python_float_that_changes_compiles_as_a_graph_input():
     # one graph for the first value, one for every later one
     assert _count("DynamoGraph") - before["DynamoGraph"] == 2
     assert _count("CompiledGraph") - before["CompiledGraph"] == 2
+
+
+def test_dynamos_fma_runs_as_a_graph_op_on_the_lazy_device():
+    """Dynamo writes ``addcmul_`` as ``prims.fma``; a graph run by a debugging backend
+    (``backend="aot_eager"``) meets it on lazy tensors, in a process that never loaded the
+    xlacache backend: lowered (one rounding, as the compiled graphs), not a CPU run per call."""
+    proc = run_python(
+        """
+        import json, torch
+        import torch._inductor.inductor_prims  # defines prims.fma, as Dynamo does
+        import xlacache.lazy as xl
+        g = torch.Generator().manual_seed(0)
+        a, b, c = (torch.randn(64, generator=g) for _ in range(3))
+        d = xl.device()
+        got = torch.ops.prims.fma(a.to(d), b.to(d), c.to(d)).cpu()
+        want = (a.double() * b.double() + c.double()).float()
+        print(json.dumps({"fallbacks": xl.metrics.counter_value("prims::fma") or 0,
+                          "equal": torch.equal(got, want)}))
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"fallbacks": 0, "equal": True}

@@ -30,6 +30,7 @@ from .autocast import CPU_AUTOCAST_OPS, warn_cpu_autocast
 from .executor import to_cpu
 from .identity import UnencodableAttribute
 from .lowering import LOWERINGS
+from .lowering.elementwise import register_fma
 from .lowering.registry import registrar
 from .record import assign, record, track_view
 from .state import STATE
@@ -136,6 +137,8 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
     r = func.decompose(*args, **kwargs)
     if r is not NotImplemented:
         return r
+    if func._schema.name == "prims::fma" and register_fma():  # a graph Dynamo wrote, run lazily
+        return dispatch(func, args, kwargs)
     return cpu_fallback(func, args, kwargs)
 
 

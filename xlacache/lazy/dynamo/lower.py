@@ -36,13 +36,12 @@ from torch.fx.node import map_aggregate
 
 from ..dispatch import foreach_element
 from ..executor import conform_result
-from ..lowering import LOWERINGS, jax_dtype, precision, reg
-from ..lowering.dtypes import promote
+from ..lowering import LOWERINGS, jax_dtype, precision
+from ..lowering.elementwise import register_fma
 from ..record import WIDE_DTYPES, op_info
 from . import strided
 
 aten = torch.ops.aten
-prims = torch.ops.prims
 _WIDE_JAX = (jnp.float64, jnp.complex128)
 
 DEVICE, HOST, INT = "device", "host", "int"  # the kinds of graph inputs
@@ -78,17 +77,7 @@ _SIZES: dict[Any, Callable[..., Any]] = {
 _MUTATION = aten.copy_.default
 
 
-if prims.fma.default not in LOWERINGS:
-
-    @reg(prims.fma.default)
-    def _fma(a: Any, b: Any, c: Any) -> Any:
-        """``a * b + c`` (Dynamo's ``addcmul_``), the product exact in float64 for float32."""
-        a, b, c = promote(a, b, c)
-        dt = jnp.result_type(a, c)
-        if dt == jnp.float32:
-            wide = jnp.float64
-            return (a.astype(wide) * jnp.asarray(b, wide) + jnp.asarray(c, wide)).astype(dt)
-        return a * b + c
+register_fma()  # Dynamo writes addcmul_ as prims.fma (torch._inductor.inductor_prims)
 
 
 def _lowering(t: Any) -> Callable[..., Any] | None:

@@ -17,7 +17,8 @@ import torch
 from jax import lax
 
 from .dtypes import floating, promote, result_dtype
-from .registry import reg_opmath, scaled
+from .registry import LOWERINGS, reg_opmath, scaled
+from .registry import reg as reg_plain
 
 aten = torch.ops.aten
 reg = reg_opmath  # bfloat16/float16 math in float32, as eager
@@ -345,3 +346,23 @@ def _logit(x: Any, eps: Any = None) -> Any:
 def _frexp(x: Any) -> Any:
     m, e = jnp.frexp(x)
     return m, e.astype(jnp.int32)
+
+
+def _fma(a: Any, b: Any, c: Any) -> Any:
+    """``a * b + c`` (Dynamo's ``addcmul_``), the product exact in float64 for float32."""
+    a, b, c = promote(a, b, c)
+    dt = jnp.result_type(a, c)
+    if dt == jnp.float32:
+        wide = jnp.float64
+        return (a.astype(wide) * jnp.asarray(b, wide) + jnp.asarray(c, wide)).astype(dt)
+    return a * b + c
+
+
+def register_fma() -> bool:
+    """Lower ``prims.fma`` once it exists: Dynamo writes ``addcmul_`` as it, and
+    ``torch._inductor.inductor_prims`` (1 s to import) defines it. True if this registered it."""
+    fma = getattr(getattr(torch.ops.prims, "fma", None), "default", None)
+    if fma is None or fma in LOWERINGS:
+        return False
+    reg_plain(fma)(_fma)
+    return True
