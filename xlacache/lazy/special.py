@@ -11,6 +11,7 @@ import torch
 
 from .dispatch import cpu_fallback, dispatch, special
 from .executor import to_cpu
+from .lowering.indexing import histc_lowered
 from .record import assign, record, value
 from .state import STATE
 from .tensor import LazyTensor, untraced
@@ -145,7 +146,7 @@ _fill_like(aten.zeros_like.default, 0)
 def _histc(args: tuple, kwargs: dict) -> Any:
     """Integers: the graph op (``lowering.indexing._histc``); floating values: eager's CPU
     kernel, whose bins a graph would not reproduce bit for bit."""
-    if args[0].dtype.is_floating_point:
+    if not histc_lowered(args[0].dtype):
         return cpu_fallback(aten.histc.default, args, kwargs)
     return record(aten.histc.default, args, kwargs)
 

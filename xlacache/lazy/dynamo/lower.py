@@ -38,6 +38,7 @@ from ..dispatch import foreach_element
 from ..executor import conform_result
 from ..lowering import LOWERINGS, jax_dtype, precision
 from ..lowering.elementwise import register_fma
+from ..lowering.indexing import histc_lowered
 from ..record import WIDE_DTYPES, op_info
 from . import strided
 
@@ -212,7 +213,7 @@ def _unlowerable(gm: GraphModule, nodes: list[Node]) -> str | None:
                 continue
             if _lowering(t) is None:
                 return f"{t} has no lowering"
-            if t is aten.histc.default and n.args[0].meta["val"].dtype.is_floating_point:
+            if t is aten.histc.default and not histc_lowered(n.args[0].meta["val"].dtype):
                 return "histc of floating values runs on the CPU (lowering.indexing._histc)"
             for v in _vals(n):
                 if v is not None and not _fake(v):

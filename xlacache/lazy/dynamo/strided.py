@@ -50,6 +50,15 @@ def _gather_index(have: np.ndarray, want: np.ndarray, what: str) -> np.ndarray:
     return inverse[want] if want.size else want
 
 
+def _scatter_source(have: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Per element of the input (positions ``have``), the element of the source written
+    there (positions ``want``), or -1; every written position must be an input element's."""
+    _gather_index(have, want, "as_strided_scatter")
+    source = np.full(int(max(have.max(initial=-1), want.max(initial=-1))) + 1, -1)
+    source[want.ravel()] = np.arange(want.size)
+    return source[have]
+
+
 def lowering(n: Node, concrete: Concrete) -> Callable[..., Any] | None:
     """The stride-aware lowering of node ``n`` (sizes evaluated with ``concrete``), or None
     when ``n`` does not depend on its input's layout."""
@@ -75,11 +84,7 @@ def lowering(n: Node, concrete: Concrete) -> Callable[..., Any] | None:
         def as_strided_scatter(
             x: Any, s: Any, size: Any, stride: Any, storage_offset: Any = None
         ) -> Any:
-            want = strided_index(size, stride, storage_offset)
-            _gather_index(have, want, "as_strided_scatter")  # every target is an element of x
-            source = np.full(int(max(have.max(initial=-1), want.max(initial=-1))) + 1, -1)
-            source[want.ravel()] = np.arange(want.size)
-            k = source[have]  # per element of x: the element of s written there, or -1
+            k = _scatter_source(have, strided_index(size, stride, storage_offset))
             if not (k >= 0).any():
                 return x
             flat = s.astype(x.dtype).reshape(-1)
@@ -116,11 +121,8 @@ class _EagerLayout(torch.fx.Interpreter):
         if n.target is aten.as_strided.default:
             idx = _gather_index(have, _view(args[1:], kwargs), "as_strided")
             return x.reshape(-1)[torch.from_numpy(idx).to(x.device)]
-        s, want = args[1], _view(args[2:], kwargs)
-        _gather_index(have, want, "as_strided_scatter")
-        source = np.full(int(max(have.max(initial=-1), want.max(initial=-1))) + 1, -1)
-        source[want.ravel()] = np.arange(want.size)
-        k = torch.from_numpy(source[have]).to(x.device)
+        s, k = args[1], _scatter_source(have, _view(args[2:], kwargs))
+        k = torch.from_numpy(k).to(x.device)
         flat = s.to(x.dtype).reshape(-1)
         return torch.where(k >= 0, flat[k.clamp(min=0)], x)
 

@@ -213,6 +213,12 @@ def _isin(x: Any, test: Any, *, assume_unique: bool = False, invert: bool = Fals
     return ~found if invert else found
 
 
+def histc_lowered(dtype: torch.dtype) -> bool:
+    """Whether ``histc`` of ``dtype`` values is a graph op (integers) rather than eager's CPU
+    kernel (floating values, whose bins a graph would not reproduce bit for bit)."""
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
 @reg(aten.histc.default)
 def _histc(x: Any, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:  # noqa: A002
     """``histc`` of integers, as CUDA computes it (eager's CPU kernel takes no integers, and
