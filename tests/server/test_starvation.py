@@ -62,8 +62,10 @@ def proc_status(pid: int, field: str) -> int:
 
 
 def channel(srv) -> grpc.Channel:
-    # A connection of its own, as separate clients would have.
-    return grpc.insecure_channel(srv.address, options=[("grpc.use_local_subchannel_pool", 1)])
+    # A connection of its own, as separate clients would have. No BDP probing: its windows
+    # could grow until a "stalled" client had taken a whole large entry, and the Get ended.
+    options = [("grpc.use_local_subchannel_pool", 1), ("grpc.http2.bdp_probe", 0)]
+    return grpc.insecure_channel(srv.address, options=options)
 
 
 def health(srv, timeout: float = 10.0) -> int:
