@@ -175,13 +175,17 @@ def is_inplace(func: Any) -> bool:
     )
 
 
+def _written(func: Any) -> list[tuple[int, Any]]:
+    """``(position, schema argument)`` of each argument ``func`` writes."""
+    args = func._schema.arguments
+    return [(i, a) for i, a in enumerate(args) if a.alias_info and a.alias_info.is_write]
+
+
 def _writes_self_only(func: Any) -> bool:
     """Whether the one argument ``func`` writes is its first, a single tensor (``add_``, not
     ``_fused_adam_`` or ``rrelu_with_noise_``): the in-place ops its functional form serves."""
-    written = [
-        a for a in func._schema.arguments if a.alias_info is not None and a.alias_info.is_write
-    ]
-    return len(written) == 1 and str(written[0].type) == "Tensor"
+    written = _written(func)
+    return len(written) == 1 and str(written[0][1].type) == "Tensor"
 
 
 def _out_variant(func: Any, args: tuple, kwargs: dict) -> Any:
@@ -334,11 +338,7 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any
 
     cargs = list(down(args))
     ckw = {k: down(v) for k, v in kwargs.items()}
-    written = [
-        (i, a.name)
-        for i, a in enumerate(func._schema.arguments)
-        if a.alias_info is not None and a.alias_info.is_write
-    ]
+    written = [(i, a.name) for i, a in _written(func)]
     for i, name in written:  # host copies from numpy cannot resize: an out= kernel may
         if i < len(cargs):
             cargs[i] = _resizable(cargs[i])

@@ -121,13 +121,14 @@ class LazyGraph:
 
     def __init__(self, gm: GraphModule, reason: str, warn: bool = False) -> None:
         self.gm = gm
+        self._run = strided.lazy_runner(gm)
         self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy it (wraps)
         note_fallback(reason, warn)
 
     def __call__(self, *args: Any) -> Any:
         args = _unboxed(args)
         metrics.counter_inc("CompiledGraphLazyRun")
-        return strided.run_lazily(self.gm, args)
+        return self._run(*args)
 
 
 def _host_scalar(x: Any) -> bool:

@@ -8,7 +8,7 @@ view (a ``chunk`` of it, say) as ``as_strided(transpose, size, stride, offset)``
 storage those strides index. These lowerings map each storage position the op names to the
 input element that holds it (positions from the input's sizes, strides and storage offset), so
 the value is eager's. A position that no element of the input holds raises: the graph never
-reads past what it was given. ``run_lazily`` runs such a graph op by op on lazy tensors (a
+reads past what it was given. ``lazy_runner`` runs such a graph op by op on lazy tensors (a
 graph that does not lower) with the same index maps.
 """
 
@@ -127,8 +127,9 @@ class _EagerLayout(torch.fx.Interpreter):
         return torch.where(k >= 0, flat[k.clamp(min=0)], x)
 
 
-def run_lazily(gm: torch.fx.GraphModule, args: Any) -> Any:
-    """``gm(*args)``, with eager's layouts for ``as_strided`` and its kin when ``gm`` has them."""
+def lazy_runner(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    """What runs ``gm`` op by op on lazy tensors: ``gm`` itself, or, when it has ``as_strided``
+    or its kin, an interpreter that gives them eager's layouts."""
     if any(n.op == "call_function" and n.target in LAYOUT_OPS for n in gm.graph.nodes):
-        return _EagerLayout(gm).run(*args)
-    return gm(*args)
+        return _EagerLayout(gm).run
+    return gm
