@@ -3,7 +3,10 @@ server's (memory, or a bucket's) through the Lease RPCs."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import signal
+import threading
 
 import pytest
 
@@ -40,6 +43,27 @@ class TestDirLeases(LeaseContract):
     def child_table_code(self, table):
         root = str(table.dir.parent)
         return f"from xlacache.stores.dir_leases import DirLeases\ntable = DirLeases({root!r})", {}
+
+    def test_a_shared_lock_left_on_a_dead_holders_file_does_not_refuse_the_takeover(
+        self, table, tmp_path
+    ):
+        """A holder dies while a wait that timed out still blocks on its lock: that waiter's
+        thread takes a shared lock and lets go a moment later. An acquire in that moment is
+        still a takeover, not a refusal naming the dead holder (a CI failure once)."""
+        from tests.conftest import make_key
+
+        name = make_key(21)
+        dead = DirLeases(tmp_path)
+        assert dead.acquire(name, "dead-holder", 30).granted
+        fd, _ = dead._held.pop((name, "dead-holder"))
+        os.close(fd)  # its process died: the lock is gone, its record stays
+        watcher = os.open(table.dir / f"{name}.lock", os.O_RDONLY)
+        fcntl.flock(watcher, fcntl.LOCK_SH)  # the woken waiter, not yet let go
+        threading.Timer(0.2, os.close, [watcher]).start()
+        grant = table.acquire(name, "waiter", 30)
+        assert grant.granted and grant.taken_over
+        assert table.holder(name) == "waiter"
+        table.release(name, "waiter")
 
 
 class TestGCSLeases(LeaseContract):

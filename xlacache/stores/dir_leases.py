@@ -42,6 +42,7 @@ from xlacache.stores.leases import (
 
 SKEW = 2.0  # seconds of clock disagreement between hosts sharing the directory
 _OPEN_TRIES = 8  # a lease released between our open and our lock: open again
+_WATCHED_WAIT = 2.0  # seconds an acquire waits out readers' and waiters' shared locks
 RECORD_SIZE = 1024  # bytes of a lease record (holder ids are at most 256 characters)
 
 
@@ -62,25 +63,33 @@ class DirLeases(LeaseTable):
         path = self._path(name)
         if self.renew(name, holder, ttl):
             return Grant(True, holder=holder)
-        for _ in range(_OPEN_TRIES):
+        watched_until = time.monotonic() + _WATCHED_WAIT
+        tries = 0
+        while tries < _OPEN_TRIES:
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             except FileNotFoundError:
                 self.dir.mkdir(exist_ok=True)
+                tries += 1
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 record = _read_record(fd)
+                unheld = _only_shared_locks(fd)
                 os.close(fd)
+                if unheld and time.monotonic() < watched_until:
+                    time.sleep(0.002)  # a reader's or woken waiter's shared lock: brief
+                    continue
                 if _stale(record):
                     return self._steal(name, holder, ttl, record)
-                return Grant(False, holder=record.get("holder", ""))
+                return Grant(False, holder="" if unheld else record.get("holder", ""))
             except BaseException:
                 os.close(fd)
                 raise
             if not _is_file_at(fd, path):
                 os.close(fd)
+                tries += 1
                 continue
             previous = _read_record(fd).get("holder", "")
             self._take(name, holder, ttl, fd)
@@ -293,6 +302,18 @@ def _ended(fd: int) -> Wake:
     if os.fstat(fd).st_nlink == 0 or not _read_record(fd).get("holder"):
         return Wake.RELEASED
     return Wake.ABANDONED
+
+
+def _only_shared_locks(fd: int) -> bool:
+    """Whether the lock file `fd` (which could not be locked exclusively) has no holder:
+    only shared locks on it, those of `state` readers and of waiters woken by a holder's
+    end (a wait that timed out keeps blocking until then), each let go at once."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
 
 
 def _is_file_at(fd: int, path: Path) -> bool:
