@@ -2,7 +2,6 @@
 on loopback), and prefetch of executables placed on global device ids."""
 
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -10,6 +9,7 @@ import textwrap
 import pytest
 
 from tests.conftest import child_env
+from xlacache.lazy.distributed.env import reserve_port
 from xlacache.stores.local import LocalStore
 
 POD_PROGRAM = """
@@ -51,15 +51,10 @@ print(json.dumps({"keys": keys, "y": float(y), "stats": xlacache.stats()}))
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_job(cache, processes: int, devices_each: int, timeout: float = 600) -> list[dict]:
     """Run POD_PROGRAM as one jax.distributed job; each process's JSON result."""
-    port = str(free_port())
+    reserved = reserve_port()  # held for the job: a concurrent job never gets it
+    port = str(reserved.getsockname()[1])
     code = textwrap.dedent(POD_PROGRAM)
     procs = [
         subprocess.Popen(
@@ -91,6 +86,7 @@ def run_job(cache, processes: int, devices_each: int, timeout: float = 600) -> l
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        reserved.close()
     return results
 
 

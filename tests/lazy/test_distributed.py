@@ -15,6 +15,7 @@ import torch
 import xlacache.lazy as xl
 from tests.conftest import child_env
 from tests.lazy import _dist_workers as workers
+from xlacache.lazy.distributed import env
 from xlacache.lazy.distributed.launch import LaunchError
 from xlacache.stores.local import LocalStore
 
@@ -172,6 +173,29 @@ def _listening_above_a_free_port() -> Iterator[int]:
             yield port
             return
     raise AssertionError("no free port below a listening one in 50 tries")
+
+
+ONE_PROCESS_COORDINATOR = """
+import sys, jax
+address = f"127.0.0.1:{sys.argv[1]}"
+jax.distributed.initialize(address, 1, 0, coordinator_bind_address=address,
+                           initialization_timeout=60)
+print("joined", jax.process_count(), flush=True)
+"""
+
+
+def test_a_reserved_coordinator_port_is_refused_to_others_and_bound_by_the_coordinator():
+    """``xl.launch`` holds its coordinator's port for the job: a port only picked and let go
+    once went to a concurrent job, whose task 0 then registered with ours ("tried to
+    connect with a different incarnation", both jobs aborted)."""
+    with env.reserve_port() as reserved:
+        port = reserved.getsockname()[1]
+        with socket.socket() as other, pytest.raises(OSError):
+            other.bind(("127.0.0.1", port))  # nobody else gets it, asked for or picked
+        code = [sys.executable, "-c", ONE_PROCESS_COORDINATOR, str(port)]
+        out = subprocess.run(code, capture_output=True, text=True, timeout=120, env=child_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["joined", "1"]  # JAX's coordinator bound it beside
 
 
 TORCHRUN_JOINS = """

@@ -16,6 +16,7 @@ as JAX reads it), applied at import of ``xlacache.lazy`` and in every worker.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from dataclasses import dataclass, replace
@@ -64,11 +65,20 @@ def job_from_env() -> Job:
     return Job(rank, world, local_rank, local_world, coordinator)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on at ``host`` now (the kernel's pick)."""
-    with socket.socket() as s:
+def reserve_port(host: str = "127.0.0.1") -> socket.socket:
+    """A socket holding a free port at ``host`` (``getsockname()[1]``) until closed. Bound,
+    not listening, with ``SO_REUSEPORT``: the kernel gives the port to no other process
+    that asks for a free one (another job's coordinator, a server on port 0), while JAX's
+    coordinator (gRPC sets ``SO_REUSEPORT``) binds it beside. A port only picked and let go
+    could go to a concurrent job, whose workers would then register with ours."""
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         s.bind((host, 0))
-        return s.getsockname()[1]
+    except BaseException:
+        s.close()
+        raise
+    return s
 
 
 def _master() -> tuple[str, int] | None:
@@ -82,11 +92,12 @@ def _torchrun_store() -> bool:
     return _master() is not None and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
 
 
-def _coordinator_via_store(job: Job) -> str:
-    """Rank 0 picks a free port at ``MASTER_ADDR`` and publishes it in torchrun's store; the
-    others read it (bounded by ``XLACACHE_INIT_TIMEOUT``). A fixed ``MASTER_PORT + 1`` can be
-    taken: torchrun's own connections get ports next to ``MASTER_PORT``, and JAX's coordinator
-    aborts the process when it cannot bind."""
+def _coordinator_via_store(job: Job, held: contextlib.ExitStack) -> str:
+    """Rank 0 reserves a free port at ``MASTER_ADDR`` (in ``held``, until its coordinator is
+    up) and publishes it in torchrun's store; the others read it (bounded by
+    ``XLACACHE_INIT_TIMEOUT``). A fixed ``MASTER_PORT + 1`` can be taken: torchrun's own
+    connections get ports next to ``MASTER_PORT``, and JAX's coordinator aborts the process
+    when it cannot bind."""
     from torch.distributed import TCPStore
 
     host, port = _master()  # type: ignore[misc]
@@ -96,7 +107,8 @@ def _coordinator_via_store(job: Job) -> str:
     key = f"xlacache/coordinator/{restart}"
     if job.rank == 0:
         loopback = host in ("127.0.0.1", "localhost")
-        store.set(key, str(free_port("127.0.0.1" if loopback else "")))
+        reserved = held.enter_context(reserve_port("127.0.0.1" if loopback else ""))
+        store.set(key, str(reserved.getsockname()[1]))
     return f"{host}:{int(store.get(key))}"
 
 
@@ -126,36 +138,41 @@ def start(job: Job) -> Job:
         return STATE.job
     configure_devices()
     if job.world > 1:
-        if job.coordinator is None and _torchrun_store():
-            job = replace(job, coordinator=_coordinator_via_store(job))
-        if job.coordinator is None:
-            raise RuntimeError(
-                "xlacache.lazy: WORLD_SIZE > 1 but no coordinator address (set "
-                "XLACACHE_COORDINATOR=host:port, or MASTER_ADDR and MASTER_PORT)"
-            )
-        from jax._src import xla_bridge
-
-        if xla_bridge.backends_are_initialized():
-            raise RuntimeError(
-                "xlacache.lazy: JAX's backend started before the multi-process runtime; "
-                "call xl.launch (or start the job) before using the device"
-            )
-        import jax
-
-        host = job.coordinator.rsplit(":", 1)[0]
-        jax.distributed.initialize(
-            job.coordinator,
-            job.world,
-            job.rank,
-            coordinator_bind_address=job.coordinator
-            if host in ("127.0.0.1", "localhost")
-            else None,
-            initialization_timeout=int(lazy_setting("init_timeout")),
-            heartbeat_timeout_seconds=int(lazy_setting("heartbeat_timeout")),
-            shutdown_timeout_seconds=int(lazy_setting("shutdown_timeout")),
-        )
-        quiet.install()  # Gloo's "[Gloo] Rank N is connected" lines, unless asked for
+        with contextlib.ExitStack() as held:  # a reserved coordinator port, until it is bound
+            job = _initialize(job, held)
     STATE.job = job
+    return job
+
+
+def _initialize(job: Job, held: contextlib.ExitStack) -> Job:
+    """``jax.distributed.initialize`` for ``job`` (more than one process)."""
+    if job.coordinator is None and _torchrun_store():
+        job = replace(job, coordinator=_coordinator_via_store(job, held))
+    if job.coordinator is None:
+        raise RuntimeError(
+            "xlacache.lazy: WORLD_SIZE > 1 but no coordinator address (set "
+            "XLACACHE_COORDINATOR=host:port, or MASTER_ADDR and MASTER_PORT)"
+        )
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():
+        raise RuntimeError(
+            "xlacache.lazy: JAX's backend started before the multi-process runtime; "
+            "call xl.launch (or start the job) before using the device"
+        )
+    import jax
+
+    host = job.coordinator.rsplit(":", 1)[0]
+    jax.distributed.initialize(
+        job.coordinator,
+        job.world,
+        job.rank,
+        coordinator_bind_address=job.coordinator if host in ("127.0.0.1", "localhost") else None,
+        initialization_timeout=int(lazy_setting("init_timeout")),
+        heartbeat_timeout_seconds=int(lazy_setting("heartbeat_timeout")),
+        shutdown_timeout_seconds=int(lazy_setting("shutdown_timeout")),
+    )
+    quiet.install()  # Gloo's "[Gloo] Rank N is connected" lines, unless asked for
     return job
 
 

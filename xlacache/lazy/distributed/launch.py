@@ -1,6 +1,6 @@
 """``launch``: one process per device, each running ``fn(index, *args)`` in one job.
 
-The parent picks a free loopback port for the coordinator, starts the workers (``spawn``)
+The parent reserves a free loopback port for the coordinator, starts the workers (``spawn``)
 with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` and
 ``XLACACHE_COORDINATOR`` in their environment from the start (so anything the script does at
 import, such as ``xlacache.initialize_cache`` choosing its role, sees its rank), and watches
@@ -128,7 +128,8 @@ class _Job:
         self.errors: dict[int, tuple[str, str]] = {}
 
     def run(self) -> list[Any]:
-        coordinator = f"127.0.0.1:{env.free_port()}"
+        reserved = env.reserve_port()  # held while the job runs: no other job gets it
+        coordinator = f"127.0.0.1:{reserved.getsockname()[1]}"
         try:
             for i in range(self.n):
                 recv, send = self.ctx.Pipe(duplex=False)
@@ -150,6 +151,7 @@ class _Job:
             self._watch()
         finally:
             self._stop_all()
+            reserved.close()
         return [self.results.get(i) for i in range(self.n)]
 
     def _receive(self, rank: int) -> None:
