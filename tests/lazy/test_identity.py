@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,9 @@ import pytest
 import torch
 
 import xlacache.lazy as xl
+from tests.conftest import run_json
 from xlacache.lazy import executor, metrics
+from xlacache.lazy.executable_cache import Executable, ExecutableCache, memory_maps
 from xlacache.lazy.identity import UnencodableAttribute, encode, placeholder
 
 dev = xl.device()
@@ -169,6 +172,67 @@ def test_compiled_cache_is_a_counted_lru():
             cache.resize(0)
     finally:
         cache.resize(old)
+
+
+_MAPS_CHILD = """
+import json, sys, warnings, torch, xlacache.lazy as xl
+from xlacache.lazy import executor, metrics
+from xlacache.lazy.executable_cache import memory_maps
+
+def sorted_sums(x, k):
+    for _ in range(k + 3):
+        x = (x.softmax(-1) + x.mean(0)).sort(-1).values.cumsum(0).tanh()
+    return x.sum(0)
+
+x = torch.randn(16, 16)
+xd = x.to(xl.device())
+held = memory_maps()
+if sys.argv[1] == "bounded":
+    executor.EXECUTABLES.set_map_limit(2 * (held + 60))  # a budget of 60 maps more than now
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    for k in range(1, 21):  # distinct graphs of many kernels: tens of maps each
+        torch.testing.assert_close(sorted_sums(xd, k).cpu(), sorted_sums(x, k))
+print(json.dumps({"held": held, "end": memory_maps(), "graphs": xl.compiled_cache_size(),
+                  "evicted": metrics.counter_value("CompilationCacheEviction") or 0,
+                  "warned": sum("memory maps" in str(w.message) for w in seen)}))
+"""
+
+
+@pytest.mark.slow
+def test_compiled_graphs_are_dropped_before_the_process_runs_out_of_memory_maps():
+    """XLA's CPU executables are mapped code: an L-BFGS run (its history grows, so every
+    step compiles new graphs) held 20,907 maps after 301 compiles and died at the kernel's
+    limit (LLVM: "Cannot allocate memory", then SIGSEGV), below the 1024-graph bound. XLA's
+    default code generation (not the suite's loop emitter, whose maps outlive their
+    executables) returns an evicted graph's maps."""
+    env = {"XLA_FLAGS": ""}
+    free = run_json(_MAPS_CHILD, "unbounded", env=env)
+    bounded = run_json(_MAPS_CHILD, "bounded", env=env)
+    assert free["graphs"] == 20 and free["evicted"] == 0 and free["warned"] == 0
+    assert free["end"] > free["held"] + 300  # each graph holds its maps
+    assert bounded["warned"] == 1 and bounded["evicted"] > 0 and 1 <= bounded["graphs"] < 20
+    assert bounded["end"] < bounded["held"] + 150
+
+
+def test_the_map_bound_spares_the_newest_graph_and_owns_up_to_maps_it_does_not_hold():
+    """Maps that evicting every graph but the newest does not free (something else holds
+    them) raise the budget to what is held, so that the next compile does not empty the
+    cache again; past three quarters of the limit it keeps evicting."""
+    held = memory_maps()
+    cache = ExecutableCache(100, map_limit=held * 3 // 2)  # held is over half: evict
+    for k in range(40):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cache.put(bytes([k]), Executable(None, 1, ()))
+    # the second put evicted the first and found the maps still held: no more evictions
+    assert len(cache) >= 30 and cache.map_budget >= held
+    tight = ExecutableCache(100, map_limit=held)  # held is past the ceiling
+    for k in range(5):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tight.put(bytes([k]), Executable(None, 1, ()))
+    assert len(tight) == 1 and tight.get(bytes([4])) is not None  # the newest stays
 
 
 _CHILD = """

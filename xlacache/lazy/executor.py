@@ -14,7 +14,6 @@ from __future__ import annotations
 import gc
 import time
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from xlacache.lazy_settings import lazy_setting
 from . import closures, metrics, rng
 from .distributed.agreement import agree
 from .distributed.program import process_program
+from .executable_cache import Executable, ExecutableCache, map_limit
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
@@ -51,55 +51,9 @@ class _Step:
     name: str
 
 
-@dataclass
-class Executable:
-    compiled: Any
-    n_ops: int
-    out_dtypes: tuple
-    across: str = ""  # it runs on other processes' devices too ("collectives" or "mesh")
-
-
-class ExecutableCache:
-    """Compiled graphs by graph key: an LRU bounded like torch_xla's in-memory cache.
-
-    The bound is ``XLA_COMPILATION_CACHE_SIZE`` (default 1024); every eviction is counted as
-    ``CompilationCacheEviction``. An evicted graph compiles again (or hits the persistent cache).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self._d: OrderedDict[bytes, Executable] = OrderedDict()
-        self.capacity = capacity
-
-    def get(self, key: bytes) -> Executable | None:
-        exe = self._d.get(key)
-        if exe is not None:
-            self._d.move_to_end(key)
-        return exe
-
-    def put(self, key: bytes, exe: Executable) -> None:
-        self._d[key] = exe
-        self._d.move_to_end(key)
-        self._shrink()
-
-    def resize(self, capacity: int) -> None:
-        if capacity < 1:
-            raise ValueError("xlacache.lazy: the compiled-graph cache needs a capacity >= 1")
-        self.capacity = capacity
-        self._shrink()
-
-    def _shrink(self) -> None:
-        while len(self._d) > self.capacity:
-            self._d.popitem(last=False)
-            metrics.counter_inc("CompilationCacheEviction")
-
-    def clear(self) -> None:
-        self._d.clear()
-
-    def __len__(self) -> int:
-        return len(self._d)
-
-
-EXECUTABLES = STATE.executables = ExecutableCache(lazy_setting("compilation_cache_size"))
+EXECUTABLES = STATE.executables = ExecutableCache(
+    lazy_setting("compilation_cache_size"), map_limit()
+)
 
 
 def _fill(t: Any, ins: list[Any]) -> Any:
