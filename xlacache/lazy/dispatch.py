@@ -111,7 +111,10 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
         if func in CPU_AUTOCAST_OPS:
             warn_cpu_autocast()
         if func in _MAYBE_DYNAMIC and _dynamic_shape(func, args):
-            return cpu_fallback(func, args, kwargs, warn=False)
+            positions = _masks_as_positions(args)
+            if positions is None:
+                return cpu_fallback(func, args, kwargs, warn=False)
+            args = positions
         try:
             return record(func, args, kwargs)
         except UnencodableAttribute:  # never approximate an attribute: run the op on CPU
@@ -307,12 +310,56 @@ _DYNAMIC = {
     aten.unique_consecutive.default,
     aten.repeat_interleave.Tensor,
 }
-_MAYBE_DYNAMIC = {aten.index.Tensor}
+_MASKED_PUT = {aten.index_put.default, aten._unsafe_index_put.default}
+_MAYBE_DYNAMIC = {aten.index.Tensor, *_MASKED_PUT}
 
 
 def _dynamic_shape(func: Any, args: tuple) -> bool:
-    """Boolean-mask indexing: the output shape depends on the data."""
-    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1])
+    """Boolean-mask indexing: the shape of what the masks select depends on the data (but for
+    a put of values that do not have that shape: the lowering's ``where``)."""
+    if not any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]):
+        return False
+    return func not in _MASKED_PUT or not _put_by_where(*args[:3])
+
+
+def _put_by_where(x: Any, indices: list, values: Any) -> bool:
+    """Whether ``index_put`` with one leading mask puts ``values`` that broadcast to each
+    selected element (their shape has no dimension for the selection), as ``where`` does."""
+    if len(indices) != 1 or indices[0].ndim == 0 or not isinstance(values, torch.Tensor):
+        return False
+    each = x.shape[indices[0].ndim :]
+    shape = tuple(values.shape)
+    if len(shape) > len(each):  # a leading 1 (one selected element) at most
+        if len(shape) > len(each) + 1 or shape[0] != 1:
+            return False
+        shape = shape[1:]
+    return all(v in (1, e) for v, e in zip(reversed(shape), reversed(each), strict=False))
+
+
+def _masks_as_positions(args: tuple) -> tuple | None:
+    """``index``/``index_put`` arguments with each boolean mask replaced by the positions of
+    its true elements (``nonzero``, on the CPU: how many is the data's), one long index per
+    mask dimension, as eager expands masks; None for a 0-d mask (the CPU runs the op)."""
+    x, indices = args[0], list(args[1])
+    out: list[Any] = []
+    for i in indices:
+        if not (isinstance(i, torch.Tensor) and i.dtype == torch.bool):
+            out.append(i)
+            continue
+        if i.ndim == 0:
+            return None
+        at = len(out)
+        if tuple(i.shape) != tuple(x.shape[at : at + i.ndim]):
+            raise IndexError(
+                f"The shape of the mask {list(i.shape)} at index {at} does not match the shape "
+                f"of the indexed tensor {list(x.shape)}"
+            )
+        if isinstance(i, LazyTensor):
+            found = cpu_fallback(aten.nonzero.default, (i,), {}, warn=False)
+            out += [dispatch(aten.select.int, (found, 1, k), {}) for k in range(i.ndim)]
+        else:
+            out += list(torch.nonzero(i).unbind(1))
+    return (x, out, *args[2:])
 
 
 def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any:
