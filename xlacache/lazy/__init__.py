@@ -39,6 +39,7 @@ from . import _device, metrics  # noqa: E402
 from . import autocast as _autocast  # noqa: E402
 from . import dispatch as _dispatch  # noqa: E402
 from . import factories as _factories  # noqa: E402
+from . import packed as _packed  # noqa: E402, F401 - registers its handlers
 from . import random_ops as _random_ops  # noqa: E402, F401 - registers its handlers
 from . import rng as _rng  # noqa: E402
 from . import special as _special  # noqa: E402, F401 - registers its handlers
