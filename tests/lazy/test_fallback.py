@@ -85,3 +85,17 @@ def test_fallback_never_broadcasts_a_resized_written_argument():
     op = aten.max.dim_max
     with pytest.raises(RuntimeError, match="cannot resize a written argument"):
         dispatch.cpu_fallback(op, (x, 1), {"max": vals, "max_values": idx}, warn=False)
+
+
+@pytest.mark.fallback
+def test_a_sparse_result_of_the_cpu_fallback_is_a_clear_error():
+    """A sparse embedding's gradient is a sparse COO tensor: XLA arrays are dense, so it is
+    refused with what to change, not a layout error from deep in the transfer."""
+    emb = torch.nn.Embedding(10, 4, sparse=True).to(DEV)
+    loss = emb(torch.tensor([1, 2, 1]).to(DEV)).sum()
+    with pytest.raises(
+        RuntimeError, match="sparse_coo tensor cannot be put on the device.*sparse=False"
+    ):
+        loss.backward()
+    with pytest.raises(RuntimeError, match="sparse_coo tensor cannot be put on the device"):
+        torch.eye(3).to_sparse().to(DEV)

@@ -29,6 +29,11 @@ def host_array(t: torch.Tensor) -> np.ndarray:
     JAX reads the host buffer asynchronously, and on CPU may even keep it as the device
     buffer, so the tensor's own memory could change under it afterwards)."""
     t = t.detach()
+    if t.layout != torch.strided:
+        raise RuntimeError(
+            f"xlacache.lazy: a {t.layout} tensor cannot be put on the device (XLA arrays are "
+            "dense, as in torch_xla); nn.Embedding and nn.EmbeddingBag need sparse=False there"
+        )
     if t.device.type != "cpu":
         t = t.cpu()
     jdt = jax_dtype(t.dtype)
