@@ -39,7 +39,7 @@ def _pack_padded_sequence(args: tuple, kwargs: dict) -> tuple[Any, torch.Tensor]
             f"sequence of {x.shape[0]} time steps"
         )
     probe = torch.empty(tuple(x.shape[:2]), dtype=torch.uint8)  # time-major, as x now is
-    _, batch_sizes = torch._pack_padded_sequence(probe, lengths, False)  # checks, as eager
+    _, batch_sizes = aten._pack_padded_sequence.default(probe, lengths, False)  # eager checks
     data = dispatch(aten.index.Tensor, (x, _positions(batch_sizes)), {})
     return data, batch_sizes
 
