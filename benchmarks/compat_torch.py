@@ -41,6 +41,8 @@ TESTS = (
     "lazy/test_dynamo.py",
     "lazy/test_dynamo_layouts.py",
     "lazy/test_histc.py",
+    "lazy/test_masks.py",
+    "lazy/test_packed.py",
     "test_torch_untouched.py",
 )
 # what the test modules import: tests/ and tests/lazy/ helpers (every non-test module)
