@@ -185,7 +185,8 @@ class LeaseContract:
 
     def test_a_wait_on_a_free_lease_ends_when_someone_takes_it(self, table):
         name = make_key(16)
-        threading.Timer(0.3, table.acquire, args=(name, "holder-a", 30)).start()
+        taker = threading.Timer(0.3, table.acquire, args=(name, "holder-a", 30))
+        taker.start()
         calls = []  # a polling backend looks once per call
 
         def taken():
@@ -196,6 +197,7 @@ class LeaseContract:
         assert waited.holder == "holder-a"
         if self.pushes_free:
             assert waited.pushed and len(calls) == 1
+        taker.join()  # the grant can reach the waiter before acquire returns to its caller
         table.release(name, "holder-a")
 
     # -- holders that die or hang ----------------------------------------------------------

@@ -399,6 +399,11 @@ class GrpcStore(Store):
                 log.debug("touch of %d entries failed: %s", len(keys), exc)
                 counters.hidden("remote.touch", exc)
 
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called (background calls end quietly after it)."""
+        return self._closed.is_set()
+
     def close(self) -> None:
         self._closed.set()
         self._send_touches()

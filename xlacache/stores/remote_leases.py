@@ -113,6 +113,9 @@ class GrpcLeases(LeaseTable):
 
     def _bind(self, name: str, holder: str, call: grpc.Call, request: pb.LeaseRequest) -> None:
         with self._lock:
+            if self.store.closed:  # closed while the grant was on its way: the ttl ends it
+                call.cancel()
+                return
             self._holds[(name, holder)] = call
         thread = threading.Thread(
             target=self._keep, args=(name, holder, call, request), daemon=True,
@@ -130,7 +133,7 @@ class GrpcLeases(LeaseTable):
                     rebind = reply.rebind
             except grpc.RpcError as exc:
                 with self._lock:
-                    ours = self._holds.get((name, holder)) is call
+                    ours = self._holds.get((name, holder)) is call and not self.store.closed
                 if ours:  # not released (we cancel after): the server went away, the ttl holds
                     counters.hidden("lease.hold", exc)
                 return
