@@ -179,8 +179,8 @@ import json, sys, warnings, torch, xlacache.lazy as xl
 from xlacache.lazy import executor, metrics
 from xlacache.lazy.executable_cache import memory_maps
 
-def sorted_sums(x, k):
-    for _ in range(k + 3):
+def sorted_sums(x):
+    for _ in range(4):
         x = (x.softmax(-1) + x.mean(0)).sort(-1).values.cumsum(0).tanh()
     return x.sum(0)
 
@@ -191,8 +191,8 @@ if sys.argv[1] == "bounded":
     executor.EXECUTABLES.set_map_limit(2 * (held + 60))  # a budget of 60 maps more than now
 with warnings.catch_warnings(record=True) as seen:
     warnings.simplefilter("always")
-    for k in range(1, 21):  # distinct graphs of many kernels: tens of maps each
-        torch.testing.assert_close(sorted_sums(xd, k).cpu(), sorted_sums(x, k))
+    for k in range(5, 17):  # distinct graphs (one per width) of many kernels: ~40 maps each
+        torch.testing.assert_close(sorted_sums(xd[:, :k]).cpu(), sorted_sums(x[:, :k]))
 print(json.dumps({"held": held, "end": memory_maps(), "graphs": xl.compiled_cache_size(),
                   "evicted": metrics.counter_value("CompilationCacheEviction") or 0,
                   "warned": sum("memory maps" in str(w.message) for w in seen)}))
@@ -209,9 +209,9 @@ def test_compiled_graphs_are_dropped_before_the_process_runs_out_of_memory_maps(
     env = {"XLA_FLAGS": ""}
     free = run_json(_MAPS_CHILD, "unbounded", env=env)
     bounded = run_json(_MAPS_CHILD, "bounded", env=env)
-    assert free["graphs"] == 20 and free["evicted"] == 0 and free["warned"] == 0
+    assert free["graphs"] == 12 and free["evicted"] == 0 and free["warned"] == 0
     assert free["end"] > free["held"] + 300  # each graph holds its maps
-    assert bounded["warned"] == 1 and bounded["evicted"] > 0 and 1 <= bounded["graphs"] < 20
+    assert bounded["warned"] == 1 and bounded["evicted"] > 0 and 1 <= bounded["graphs"] < 12
     assert bounded["end"] < bounded["held"] + 150
 
 
