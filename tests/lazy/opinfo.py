@@ -26,7 +26,7 @@ import torch
 import torch.utils._pytree as pytree
 
 import xlacache.lazy as xl
-from xlacache.lazy import metrics
+from xlacache.lazy import executor, metrics
 
 with warnings.catch_warnings():  # the database warns about sparse and deprecated ops
     warnings.simplefilter("ignore")
@@ -153,6 +153,9 @@ def _run(op: Any, sample: Any, backward: bool, out_fn: Any) -> Any:
 
 
 def _host(x: Any) -> Any:
+    lazy = [t for t in pytree.tree_leaves(x) if isinstance(t, xl.LazyTensor)]
+    if len(lazy) > 1:
+        executor.materialize(lazy)  # one graph for every output (each read below is a copy)
     return pytree.tree_map(
         lambda t: t.detach().cpu() if isinstance(t, xl.LazyTensor) else t,
         x,
