@@ -48,6 +48,14 @@ CASES = {
     "imul": lambda x: _imul(x),
     "too few values": lambda x: x.index_put((x > 0,), x[x > 0][1:]),
     "mask of the wrong shape": lambda x: x[torch.ones(3, dtype=torch.bool).to(x.device)],
+    # uint8 index tensors are masks to eager still (deprecated, with a warning)
+    "select by a byte mask": lambda x: x[(x[..., 0] > 0).to(torch.uint8)],
+    "a 0-d byte mask": lambda x: x[torch.tensor(1, dtype=torch.uint8).to(x.device)],
+    "put rows by a byte mask": lambda x: _put(x, (x[..., 0] > 0).byte(), lambda s: s.flip(-1)),
+    "put one value by a byte mask": lambda x: x.index_put(((x > 0).byte(),), x[0, 0, :1]),
+    "byte mask and a long index": lambda x: x.index_put(
+        ((x[:, 0, 0] > 0).byte(), torch.tensor([1]).to(x.device)), torch.tensor(7.0).to(x.device)
+    ),
 }
 
 
@@ -71,6 +79,7 @@ def _imul(x):
     return x
 
 
+@pytest.mark.filterwarnings("ignore:indexing with dtype torch.uint8")
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_mask_selects_and_puts_what_eager_does(name):
     eager, got = _both(CASES[name], x3)
@@ -78,6 +87,13 @@ def test_a_mask_selects_and_puts_what_eager_does(name):
         assert got is eager, f"eager raised {eager.__name__}, the device {got}"
     else:
         assert torch.equal(got, eager), (name, got, eager)
+
+
+def test_a_byte_mask_warns_as_eager_does():
+    x = torch.randn(4, 3).to(dev)
+    with pytest.warns(UserWarning, match="indexing with dtype torch.uint8 is now deprecated"):
+        picked = x[(x[:, 0] > 0).to(torch.uint8)]
+    assert torch.equal(picked.cpu(), x.cpu()[x.cpu()[:, 0] > 0])
 
 
 def test_a_put_of_values_shaped_like_each_selected_element_reads_no_mask():

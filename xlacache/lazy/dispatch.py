@@ -110,6 +110,8 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
     if func in LOWERINGS:
         if func in CPU_AUTOCAST_OPS:
             warn_cpu_autocast()
+        if func in _MAYBE_DYNAMIC:
+            args = _byte_masks_as_bool(func, args)
         if func in _MAYBE_DYNAMIC and _dynamic_shape(func, args):
             positions = _masks_as_positions(args)
             if positions is None:
@@ -320,6 +322,27 @@ def _dynamic_shape(func: Any, args: tuple) -> bool:
     if not any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1]):
         return False
     return func not in _MASKED_PUT or not _put_by_where(*args[:3])
+
+
+def _byte_masks_as_bool(func: Any, args: tuple) -> tuple:
+    """``index``/``index_put`` arguments with each uint8 index tensor as the boolean mask eager
+    still takes it for (with eager's deprecation warning). A put of one value through one such
+    mask is eager's ``masked_fill_``, which refuses it: so does this."""
+    indices = args[1]
+    if not any(isinstance(i, torch.Tensor) and i.dtype == torch.uint8 for i in indices):
+        return args
+    if func in _MASKED_PUT and len(indices) == 1 and args[2].numel() == 1:
+        raise RuntimeError(
+            "masked_fill_ only supports boolean masks, but got mask with dtype unsigned char"
+        )
+    warnings.warn(
+        "indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool instead.",
+        UserWarning,
+        stacklevel=4,
+    )
+    masks = [i != 0 if isinstance(i, torch.Tensor) and i.dtype == torch.uint8 else i
+             for i in indices]  # fmt: skip
+    return (args[0], masks, *args[2:])
 
 
 def _put_by_where(x: Any, indices: list, values: Any) -> bool:
