@@ -139,3 +139,21 @@ def test_a_bucket_server_reads_a_key_through_once_for_many_readers(tmp_path, gcs
         assert figures["coalesced_reads"] == 7
     finally:
         srv.stop(signal.SIGKILL)
+
+
+def test_closing_a_store_lets_a_use_record_in_flight_finish(server):
+    """``close`` waits (within its timeout) for the Touch its background thread is sending,
+    rather than closing the channel under it: the use is counted, and no error is hidden."""
+    key, blob = make_entry("touched")
+    with GrpcStore(server.url, timeout=10) as store:
+        store.put(key, blob)
+    store = GrpcStore(server.url, timeout=10)
+    server.send(signal.SIGSTOP)  # the Touch below stays in flight until the server goes on
+    try:
+        store.record_hit(key)
+        wait_for(lambda: not store._touches, SECONDS, "the toucher to take the use")
+        threading.Timer(0.5, server.send, [signal.SIGCONT]).start()
+        store.close()
+    finally:
+        server.send(signal.SIGCONT)
+    assert served_hits(server.url, key) == 1

@@ -406,6 +406,9 @@ class GrpcStore(Store):
 
     def close(self) -> None:
         self._closed.set()
+        toucher = self._toucher
+        if toucher is not None:  # a send in flight finishes before the channel goes
+            toucher.join(self.timeout)
         self._send_touches()
         if self._leases is not None:
             self._leases.close()
