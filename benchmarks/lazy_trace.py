@@ -11,7 +11,12 @@ Reported (median of ``--reps``, microseconds):
   asked for: graph keys hash the nodes' prefixes and wiring at the barrier);
 * ``node``: building a ``graph.Node`` with a cached prefix (what recording pays per node);
 * ``dispatch/op``: whole ops through ``__torch_dispatch__`` on small tensors in a steady loop
-  (meta-kernel cache warm), from the runtime's own ``TraceTime`` / ``TracedOps`` metrics.
+  (meta-kernel cache warm), from the runtime's own ``TraceTime`` / ``TracedOps`` metrics;
+* ``wall/op``: the same loop's wall time per op, PyTorch's dispatch to the subclass included;
+* ``torch floor/op``: what PyTorch alone spends per op on a wrapper subclass whose
+  ``__torch_dispatch__`` returns at once (no recording, no new tensor), and ``wrapper``: one
+  ``_make_wrapper_subclass`` (the output tensor each op needs): the floor under ``wall/op``;
+* ``eager/op``: the same ops in eager PyTorch on CPU tensors, for scale.
 """
 
 from __future__ import annotations
@@ -49,26 +54,57 @@ def identity_costs(n: int) -> dict[str, float]:
     }
 
 
-def dispatch_cost(reps: int) -> float:
+def _ops(x: torch.Tensor, w: torch.Tensor) -> object:
+    y = torch.relu(x * 2.0 + x) @ w
+    y = y.sum(-1, keepdim=True) ** -2
+    z = x.t().reshape(-1)[3:]
+    return y, z.softmax(0)
+
+
+def dispatch_cost(reps: int) -> dict[str, float]:
     dev = xl.device()
     x = torch.randn(4, 8).to(dev)
     w = torch.randn(8, 8).to(dev)
-
-    def ops() -> object:
-        y = torch.relu(x * 2.0 + x) @ w
-        y = y.sum(-1, keepdim=True) ** -2
-        z = x.t().reshape(-1)[3:]
-        return y, z.softmax(0)
-
     for _ in range(50):
-        ops()
+        _ops(x, w)
     flush_trace_metrics()
     metrics.clear_all()
+    start = timeit.default_timer()
     for _ in range(reps):
-        ops()
+        _ops(x, w)
+    wall = timeit.default_timer() - start
     flush_trace_metrics()
     _, ns, _ = metrics.metric_data("TraceTime")  # type: ignore[misc]
-    return ns / 1e3 / (metrics.counter_value("TracedOps") or 1)
+    n = metrics.counter_value("TracedOps") or 1
+    xl.sync()
+    cpu = (torch.randn(4, 8), torch.randn(8, 8))
+    eager = _per_call_us(lambda: _ops(*cpu), reps) / (n / reps)
+    return {"dispatch/op": ns / 1e3 / n, "wall/op": wall * 1e6 / n, "eager/op": eager}
+
+
+class _Returns(torch.Tensor):
+    """A wrapper subclass whose ``__torch_dispatch__`` records nothing and makes no tensor."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+    result: torch.Tensor | None = None
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        return cls.result
+
+
+def torch_floor(n: int) -> dict[str, float]:
+    def make() -> torch.Tensor:
+        return torch.Tensor._make_wrapper_subclass(_Returns, (4, 8), device="meta")
+
+    x = make()
+    _Returns.result = make()
+
+    def ops() -> object:  # 6 ops (no views: a view of the shared result would be refused)
+        y = torch.relu(x * 2.0 + x)
+        return y.sum(-1, keepdim=True) ** -2, x.softmax(0)
+
+    return {"torch floor/op": _per_call_us(ops, n) / 6, "wrapper": _per_call_us(make, n)}
 
 
 def main() -> None:
@@ -80,7 +116,8 @@ def main() -> None:
     for _ in range(args.reps):
         for k, v in identity_costs(args.n).items():
             rows.setdefault(k, []).append(v)
-        rows.setdefault("dispatch/op", []).append(dispatch_cost(2000))
+        for k, v in {**dispatch_cost(2000), **torch_floor(args.n // 10)}.items():
+            rows.setdefault(k, []).append(v)
     for k, vals in rows.items():
         print(f"{k:12} {statistics.median(vals):7.2f} us  (min {min(vals):.2f})")
 
