@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import atexit
 import threading
-import time
 
 from xlacache import counters
 from xlacache.errors import kind_of
 from xlacache.stores.jobs import JobLog, new_run
 
 RECORD_EVERY = 2.0  # seconds between a writer's job manifest updates
+CLOSE_WAIT = 30.0  # at most, for a write in flight at close (each store call has a deadline)
 
 
 class JobRecorder:
@@ -49,7 +49,8 @@ class JobRecorder:
                 self._cond.wait_for(lambda: self._pending or self._closed)
                 if self._closed:
                     return
-            time.sleep(RECORD_EVERY)  # gather what a step compiles into one write
+                # gather what a step compiles into one write (close cuts it short)
+                self._cond.wait_for(lambda: self._closed, RECORD_EVERY)
             self.flush()
 
     def flush(self) -> None:
@@ -63,9 +64,13 @@ class JobRecorder:
             counters.record_error(kind_of(exc), exc)
 
     def close(self) -> None:
+        """Write what is left; a write the thread has in flight finishes first (within
+        CLOSE_WAIT), so that the store is not closed under it."""
         with self._cond:
             if self._closed:
                 return
             self._closed = True
             self._cond.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(CLOSE_WAIT)
         self.flush()

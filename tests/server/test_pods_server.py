@@ -157,3 +157,24 @@ def test_closing_a_store_lets_a_use_record_in_flight_finish(server):
     finally:
         server.send(signal.SIGCONT)
     assert served_hits(server.url, key) == 1
+
+
+def test_closing_a_job_recorder_lets_its_write_in_flight_finish(server):
+    """A writer's job manifest update in flight at exit finishes before the store closes:
+    the key is recorded for the job's next workers, and no error is hidden."""
+    from xlacache.job_recorder import JobRecorder
+
+    key, _ = make_entry("recorded")
+    store = GrpcStore(server.url, timeout=10)
+    recorder = JobRecorder(store.jobs(), "train-gpt")
+    server.send(signal.SIGSTOP)  # the manifest write below stays in flight
+    try:
+        recorder.note(key)
+        wait_for(lambda: not recorder._pending, SECONDS, "the recorder to take the key")
+        threading.Timer(0.5, server.send, [signal.SIGCONT]).start()
+        recorder.close()
+        store.close()
+    finally:
+        server.send(signal.SIGCONT)
+    with GrpcStore(server.url, timeout=10) as reader:
+        assert reader.jobs().keys("train-gpt", 10) == [key]
