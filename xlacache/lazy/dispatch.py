@@ -112,11 +112,11 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
             warn_cpu_autocast()
         if func in _MAYBE_DYNAMIC:
             args = _byte_masks_as_bool(func, args)
-        if func in _MAYBE_DYNAMIC and _dynamic_shape(func, args):
-            positions = _masks_as_positions(args)
-            if positions is None:
-                return cpu_fallback(func, args, kwargs, warn=False)
-            args = positions
+            if _dynamic_shape(func, args):
+                positions = _masks_as_positions(args)
+                if positions is None:
+                    return cpu_fallback(func, args, kwargs, warn=False)
+                args = positions
         try:
             return record(func, args, kwargs)
         except UnencodableAttribute:  # never approximate an attribute: run the op on CPU
