@@ -78,13 +78,16 @@ def test_inplace_op_writing_lists_updates_every_tensor():
             assert torch.equal(b.cpu(), a)
 
 
-def test_fallback_never_broadcasts_a_resized_written_argument():
-    x = torch.randn(3, 4).to(DEV)
-    vals = torch.empty(1, device=DEV)  # the kernel resizes it to (3,): no lazy tensor can
-    idx = torch.empty(3, dtype=torch.long, device=DEV)
-    op = aten.max.dim_max
-    with pytest.raises(RuntimeError, match="cannot resize a written argument"):
-        dispatch.cpu_fallback(op, (x, 1), {"max": vals, "max_values": idx}, warn=False)
+def test_fallback_resizes_a_written_argument_as_eager():
+    """An out= tensor of another shape takes the result's, as the CPU kernel resized it (its
+    own warning): never a broadcast of the result into the old shape."""
+    x = torch.randn(3, 4)
+    vals = torch.empty(1, device=DEV)  # the kernel resizes it to (3,)
+    idx = torch.empty(0, dtype=torch.long, device=DEV)
+    args, outs = (x.to(DEV), 1), {"max": vals, "max_values": idx}
+    dispatch.cpu_fallback(aten.max.dim_max, args, outs, warn=False)
+    want = x.max(1)
+    assert torch.equal(vals.cpu(), want.values) and torch.equal(idx.cpu(), want.indices)
 
 
 @pytest.mark.fallback

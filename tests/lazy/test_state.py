@@ -111,7 +111,7 @@ _META = torch.empty(2, device="meta")
 
 def _one_vector(func, margs, mkw, akey):
     """Shape inference for the encoding test: one float32 vector, whatever the op got."""
-    return func, _META, _AVALS, node_prefix(op_code(func), akey, avals_code(_AVALS)), None
+    return func, _META, _AVALS, node_prefix(op_code(func), akey, avals_code(_AVALS)), None, None
 
 
 def _tensorize(v, x):

@@ -36,6 +36,7 @@ _FACTORIES = """
 empty.memory_format empty_strided arange arange.start arange.start_step full zeros ones
 scalar_tensor logspace triu_indices tril_indices _efficientzerotensor linspace eye eye.m randn
 rand randint randint.low randint.generator randint.low_generator randperm randperm.generator
+kaiser_window kaiser_window.periodic kaiser_window.beta
 """
 
 

@@ -28,6 +28,7 @@ from xlacache.lazy_settings import lazy_setting
 from . import metrics
 from .autocast import CPU_AUTOCAST_OPS, warn_cpu_autocast
 from .executor import to_cpu
+from .foreach import foreach_element
 from .identity import UnencodableAttribute
 from .lowering import LOWERINGS
 from .lowering.elementwise import register_fma
@@ -126,8 +127,9 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
     name = func._schema.name.split("::")[1]
     if name.startswith("_foreach_"):
         return _foreach(name, func, args, kwargs)
-    if "out" in kwargs and isinstance(kwargs.get("out"), LazyTensor):
-        return _out_variant(func, args, kwargs)
+    outs = _out_names(func) if kwargs else ()
+    if outs and all(isinstance(kwargs.get(n), LazyTensor) for n in outs):
+        return _out_variant(func, args, kwargs, outs)
     if is_inplace(func) and _writes_self_only(func):
         f = functional_of(func)
         if f is not None:
@@ -193,21 +195,66 @@ def _writes_self_only(func: Any) -> bool:
     return len(written) == 1 and str(written[0][1].type) == "Tensor"
 
 
-def _out_variant(func: Any, args: tuple, kwargs: dict) -> Any:
-    out = kwargs.pop("out")
-    names = [a.name for a in func._schema.arguments if not a.kwarg_only or a.name != "out"]
+_OPTIONS = ("dtype", "layout", "device", "pin_memory")  # a factory's, given by its out= tensor
+
+
+def _out_variant(func: Any, args: tuple, kwargs: dict, outs: tuple[str, ...]) -> Any:
+    """``op(..., out=t)`` as its functional overload (a factory's ``arange(..., out=t)`` as
+    ``arange(..., dtype=t.dtype, device=t.device)``), each result assigned into its ``out=``
+    tensor, which takes the result's shape as in eager (``resize_output``)."""
+    given = [kwargs[n] for n in outs]
+    kw = {k: v for k, v in kwargs.items() if k not in outs}
+    names = [a.name for a in func._schema.arguments if a.name not in outs]
     for ov in func.overloadpacket.overloads():
         cand = getattr(func.overloadpacket, ov)
         cargs = cand._schema.arguments
         if any(a.alias_info is not None and a.alias_info.is_write for a in cargs):
             continue
-        if [a.name for a in cargs] == [n for n in names if n != "out"]:
-            res = dispatch(cand, args, kwargs)
-            if tuple(res.shape) != tuple(out.shape):
-                raise RuntimeError(f"xlacache.lazy: cannot resize out= tensor for {func}")
-            assign(out, res)
-            return out
-    return cpu_fallback(func, args, {**kwargs, "out": out})
+        options = {"dtype": given[0].dtype, "device": given[0].device}
+        cnames = [a.name for a in cargs]
+        if cnames == names:
+            options = {}
+        elif [n for n in cnames if n not in _OPTIONS] != names or "dtype" not in cnames:
+            continue
+        res = dispatch(cand, args, {**kw, **options})
+        results = [res] if len(given) == 1 else list(res)
+        for out, r in zip(given, results, strict=True):
+            resize_output(out, r.shape)
+            assign(out, r)
+        return given[0] if len(given) == 1 else tuple(given)
+    return cpu_fallback(func, args, kwargs)
+
+
+_OUT_NAMES: dict[Any, tuple[str, ...]] = {}
+
+
+def _out_names(func: Any) -> tuple[str, ...]:
+    """The keyword-only arguments ``func`` writes (``out``; ``max.dim_max``'s ``max`` and
+    ``max_values``), or nothing when it writes any other."""
+    hit = _OUT_NAMES.get(func)
+    if hit is None:
+        written = [a for _, a in _written(func)]
+        only = all(a.kwarg_only and str(a.type) == "Tensor" for a in written)
+        hit = _OUT_NAMES[func] = tuple(a.name for a in written) if only else ()
+    return hit
+
+
+def resize_output(out: LazyTensor, shape: Any) -> None:
+    """Eager's ``resize_output``: an ``out=`` tensor of another shape takes ``shape`` (with
+    eager's deprecation warning when it held elements)."""
+    if tuple(out.shape) == tuple(shape):
+        return
+    if out.numel():
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape "
+            f"{list(out.shape)}, which does not match the required output shape {list(shape)}. "
+            "This behavior is deprecated, and in a future PyTorch release outputs will not be "
+            "resized unless they have zero elements. You can explicitly reuse an out tensor t "
+            "by resizing it, inplace, to zero elements with t.resize_(0).",
+            UserWarning,
+            stacklevel=5,
+        )
+    out.resize_(shape)
 
 
 def _foreach(name: str, func: Any, args: tuple, kwargs: dict) -> Any:
@@ -223,85 +270,6 @@ def _foreach(name: str, func: Any, args: tuple, kwargs: dict) -> Any:
             assign(args[0][j], r)
         results.append(r)
     return None if inplace else results
-
-
-_FOREACH: dict[Any, tuple[Any, Callable[[tuple, dict, int], tuple[tuple, dict]]]] = {}
-
-
-def foreach_element(func: Any) -> tuple[Any, Callable[[tuple, dict, int], tuple[tuple, dict]]]:
-    """``(op, bind)`` for a ``_foreach_*`` overload: the op it applies to each element and
-    ``bind(args, kwargs, j)``, the ``(args, kwargs)`` of element ``j`` (list arguments
-    indexed, a shared scalar or tensor as it is, an argument the element op takes as
-    keyword-only by name). Raises NotImplementedError when no overload fits."""
-    hit = _FOREACH.get(func)
-    if hit is None:
-        hit = _FOREACH[func] = _foreach_element(func)
-    return hit
-
-
-def _elementwise_type(t: str) -> str:
-    return t[5:-1] if t.startswith("List[") else t
-
-
-def _fits(f: Any, c: Any) -> str | None:
-    """How foreach argument ``f`` feeds element argument ``c``: "list" (element j), "same"
-    (as it is), "index" (a tensor of per-element scalars), or None (it does not)."""
-    ft, ct = str(f.type), str(c.type)
-    if ft.startswith("List["):
-        return "list" if _elementwise_type(ft) in (ct, ct.removeprefix("Optional[")[:-1]) else None
-    if ft == ct or f"Optional[{ft}]" == ct:
-        return "same"
-    if ft == "Tensor" and ct == "number":
-        return "index"
-    return None
-
-
-def _foreach_element(func: Any) -> tuple[Any, Callable[[tuple, dict, int], tuple[tuple, dict]]]:
-    fargs = func._schema.arguments
-    name = func._schema.name.split("::")[1][len("_foreach_") :]
-    if name.rstrip("_") == "norm":
-        element, plan = aten.linalg_vector_norm.default, [("list", None), ("same", None)]
-        plan.append(("same", "dtype"))
-    else:
-        packet = getattr(aten, name, None) or getattr(aten, name.rstrip("_"))
-        element, plan = _foreach_candidate(packet, fargs)
-
-    def bind(args: tuple, kwargs: dict, j: int) -> tuple[tuple, dict]:
-        pos: list[Any] = []
-        kw: dict[str, Any] = {}
-        for i, (how, key) in enumerate(plan):
-            f = fargs[i]
-            if i < len(args):
-                v = args[i]
-            elif f.name in kwargs:
-                v = kwargs[f.name]
-            else:
-                continue  # the element op's default
-            if how != "same":
-                v = v[j]
-            if key is None:
-                pos.append(v)
-            elif v is not None:
-                kw[key] = v
-        return tuple(pos), kw
-
-    return element, bind
-
-
-def _foreach_candidate(packet: Any, fargs: list) -> tuple[Any, list[tuple[str, str | None]]]:
-    for ov in packet.overloads():
-        cand = getattr(packet, ov)
-        cargs = cand._schema.arguments
-        if len(cargs) < len(fargs) or any(c.name == "out" for c in cargs):
-            continue
-        if not all(c.has_default_value() for c in cargs[len(fargs) :]):
-            continue
-        how = [_fits(f, c) for f, c in zip(fargs, cargs, strict=False)]
-        if None in how:
-            continue
-        keys = [c.name if c.kwarg_only else None for c in cargs[: len(fargs)]]
-        return cand, list(zip(how, keys, strict=True))  # type: ignore[arg-type]
-    raise NotImplementedError(f"xlacache.lazy: no element op for _foreach_{packet.__name__}")
 
 
 _DYNAMIC = {
@@ -419,9 +387,9 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any
         orig, new = (args[i], cargs[i]) if i < len(args) else (kwargs.get(name), ckw.get(name))
         if isinstance(orig, (list, tuple)):  # Tensor(a!)[]: each element written back
             for o, n in zip(orig, new, strict=True):
-                _write_back(func, o, n)
+                _write_back(o, n)
         else:
-            _write_back(func, orig, new)
+            _write_back(orig, new)
 
     def up(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
@@ -432,6 +400,9 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any
 
     if is_inplace(func) and isinstance(args[0], LazyTensor):
         return args[0]
+    passed = _written_results(func, args, kwargs)
+    if passed is not None:  # out= tensors: the caller's, as eager returns them
+        return passed
     out = up(res)
     if func.is_view and isinstance(out, LazyTensor) and isinstance(args[0], LazyTensor):
         # a copy standing for a view: writes through it raise instead of being lost
@@ -441,14 +412,32 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any
     return out
 
 
-def _write_back(func: Any, orig: Any, new: Any) -> None:
+def _written_results(func: Any, args: tuple, kwargs: dict) -> Any:
+    """The arguments ``func`` returns (``out=``, ``max.dim_max``'s ``max, max_values``) as the
+    caller passed them, when every result is one; else None."""
+    results = func._schema.returns
+    sets = [
+        r.alias_info and r.alias_info.is_write and set(r.alias_info.before_set) for r in results
+    ]
+    if not results or not all(sets):
+        return None
+    passed = []
+    for want in sets:
+        for i, a in enumerate(func._schema.arguments):
+            if a.alias_info is not None and set(a.alias_info.before_set) == want:
+                passed.append(args[i] if i < len(args) else kwargs.get(a.name))
+                break
+    if len(passed) != len(results) or not all(isinstance(p, LazyTensor) for p in passed):
+        return None
+    return passed[0] if len(passed) == 1 else tuple(passed)
+
+
+def _write_back(orig: Any, new: Any) -> None:
     """The CPU run's value of a written argument into the lazy tensor the caller passed."""
     if not isinstance(orig, LazyTensor) or not isinstance(new, torch.Tensor):
         return
-    if tuple(new.shape) != tuple(orig.shape):  # never broadcast a resized output back
-        raise RuntimeError(
-            f"xlacache.lazy: cannot resize a written argument of {func} on the device"
-        )
+    if tuple(new.shape) != tuple(orig.shape):  # the kernel resized it (and warned), as eager
+        orig.resize_(new.shape)
     assign(orig, to_device(new))
 
 

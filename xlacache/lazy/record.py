@@ -287,6 +287,7 @@ def record(
     targs: list[Any] = []
     margs: list[Any] = []
     codes: list[str] = []
+    lays: list[tuple] = []  # the arguments not laid out contiguously in eager: their layout
     for i, a in enumerate(args):
         ta = type(a)
         if ta is LazyTensor:
@@ -299,7 +300,12 @@ def record(
                 inputs.append(v)
             ph = _PLACEHOLDERS[j] if j < 256 else placeholder(j)
             targs.append(ph)
-            margs.append(c._meta)
+            lay = c._lay
+            if lay is None:
+                margs.append(c._meta)
+            else:  # eager's strides: the meta kernel gives the output's (eager's) layout
+                margs.append(lay)
+                lays.append((i, lay.stride(), lay.storage_offset()))
             codes.append(ph.code)
         elif ta is int:
             targs.append(a)
@@ -347,12 +353,21 @@ def record(
     attrs = (tuple(targs), kw)
     # exact and typed: 2 and 2.0, -1 and -2, 0.0 and -0.0 differ
     akey = "((" + ",".join(codes) + ")," + kcode + ")"
-    ck = (id(func), akey, tuple([n.avals[k] for n, k in inputs]))
+    ck = (id(func), akey, tuple([n.avals[k] for n, k in inputs]), tuple(lays))
     hit = _META_CACHE.get(ck)
     if hit is None or hit[0] is not func:
-        inferred = _infer(func, margs, mkw, akey)
+        try:
+            inferred = _infer(func, margs, mkw, akey)
+        except RuntimeError:
+            if not lays or not op.view or lays[0][0] != 0:
+                raise
+            # a view eager's layout does not allow: torch's ``reshape`` chose it by the
+            # contiguous strides lazy tensors report, where eager's copies; so does this
+            dense = {"memory_format": torch.contiguous_format}
+            first = record(aten.clone.default, (args[0],), dense, as_view=False)
+            return record(func, (first, *args[1:]), kwargs, as_view, into, static)
         hit = _META_CACHE[ck] = (*inferred, _wide(ck[2], inferred[2]))
-    _, metas, avals, prefix, multi, wide = hit
+    _, metas, avals, prefix, multi, layouts, wide = hit
     if wide and (dyn or (ctx is not None and ctx.dyn)):
         # float64 math: its Python floats stay exact constants
         return record(func, args, kwargs, as_view, into, static=True)
@@ -376,13 +391,16 @@ def record(
         assign(into, LazyTensor(first, (node, 0)))
         return into
     if multi is None:
-        out = new_lazy(metas, avals[0], (node, 0))
+        out = new_lazy(metas, avals[0], (node, 0), layouts)
         if as_view and op.view and isinstance(args[0], LazyTensor):
             b = args[0]._c
             chain = (*b._chain, (func, tuple(args[1:]), kwargs))
             track_view(out, b._root if b._root is not None else b, chain)
         return out
-    wrapped = [None if m is None else new_lazy(m, avals[k], (node, k)) for k, m in enumerate(metas)]
+    wrapped = [
+        None if m is None else new_lazy(m, avals[k], (node, k), layouts[k])
+        for k, m in enumerate(metas)
+    ]
     return wrapped if multi is list else tuple(wrapped)
 
 
@@ -391,10 +409,11 @@ def _wide(in_avals: tuple, avals: tuple) -> bool:
     return any(a is not None and a[1] in WIDE_DTYPES for a in (*in_avals, *avals))
 
 
-def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, Any, tuple, bytes, Any]:
+def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple:
     """The ``_META_CACHE`` value of ``func`` on these inputs but its last item (runs the meta
     kernel): the op, its output metas, avals, node-digest prefix, multi-output container type
-    (or None)."""
+    (or None), and the layout of each output eager would not lay out contiguously (else None;
+    ``Cell._lay``)."""
     try:
         mout = func(*margs, **mkw)
     except Exception as e:  # noqa: BLE001 - re-raised with the op's name
@@ -414,10 +433,13 @@ def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple[Any, Any, tupl
         outs, multi = list(mout), (list if isinstance(mout, list) else tuple)
     avals = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in outs)
     metas = tuple(None if o is None else contiguous_meta(o) for o in outs)
+    layouts = tuple(None if o is None or o.is_contiguous() else o for o in outs)
     if len(_META_CACHE) > _META_CACHE_MAX:
         _META_CACHE.clear()
     prefix = node_prefix(op_code(func), akey, avals_code(avals))
-    return func, metas[0] if multi is None else metas, avals, prefix, multi
+    if multi is None:
+        return func, metas[0], avals, prefix, multi, layouts[0]
+    return func, metas, avals, prefix, multi, layouts
 
 
 def _scalars_as_numbers(func: Any, margs: list) -> list | None:

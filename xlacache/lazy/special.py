@@ -30,6 +30,7 @@ def _alias(args: tuple, kwargs: dict) -> LazyTensor:
     o._root = root
     o._chain = c._chain
     o._rgen = root._gen
+    o._lay = c._lay
     return out
 
 

@@ -32,7 +32,9 @@ _SEQ = itertools.count()
 class Cell:
     """The state of one lazy tensor; tensors hold it strongly, the live registry weakly.
 
-    ``_v`` is the current value ``(node, output)``. A view also has ``_root`` (the cell of the
+    ``_v`` is the current value ``(node, output)``; ``_meta`` its (contiguous) meta tensor, and
+    ``_lay`` a meta tensor with eager's strides when eager would not lay it out contiguously
+    (``x.t()``, ``x[:, 1:]``, ``x.t() * 2``; else None). A view also has ``_root`` (the cell of the
     storage it views), ``_chain`` (the view ops from the root to it) and ``_rgen`` (the root's
     ``_gen`` when ``_v`` was derived); a root counts its in-place updates in ``_gen``.
     Keeping the state (and the weak reference) off the tensor object lets
@@ -40,12 +42,13 @@ class Cell:
     subclasses and which keeps tied weights tied.
     """
 
-    __slots__ = ("_v", "_meta", "_root", "_chain", "_rgen", "_gen", "seq", "__weakref__")
+    __slots__ = ("_v", "_meta", "_lay", "_root", "_chain", "_rgen", "_gen", "seq", "__weakref__")
 
     def __init__(self, meta: torch.Tensor, v: tuple[Node, int]) -> None:
         self.seq = next(_SEQ)
         self._v = v
         self._meta = meta
+        self._lay: torch.Tensor | None = None
         self._root: Cell | None = None
         self._chain: tuple = ()
         self._rgen = 0
@@ -114,6 +117,17 @@ class LazyTensor(torch.Tensor):
 
     def numpy(self, *, force: bool = False) -> Any:
         return self.detach().cpu().numpy()
+
+    # Lazy tensors report contiguous strides: where eager's layout (``Cell._lay``) is not,
+    # ``contiguous()`` copies as eager does (a write to ``x.t().contiguous()`` must not reach
+    # ``x``); ``reshape``/``flatten`` copy in ``record`` (a view eager's layout does not allow)
+    def contiguous(self, memory_format: torch.memory_format = torch.contiguous_format) -> Any:
+        lay = self._c._lay
+        if lay is None:
+            return super().contiguous(memory_format=memory_format)
+        if lay.is_contiguous(memory_format=memory_format):
+            return self
+        return self.clone(memory_format=memory_format)
 
     # Dynamo (``torch.compile``) sees a lazy tensor as a traceable wrapper subclass with no
     # inner tensors; its fake is a plain ``FakeTensor`` on the ``xla`` device (as torch_xla's
@@ -217,11 +231,14 @@ class LazyTensor(torch.Tensor):
 _wrapper = torch.Tensor._make_wrapper_subclass
 
 
-def new_lazy(meta: torch.Tensor, aval: tuple, v: tuple[Node, int]) -> LazyTensor:
+def new_lazy(
+    meta: torch.Tensor, aval: tuple, v: tuple[Node, int], lay: torch.Tensor | None = None
+) -> LazyTensor:
     """``LazyTensor(meta, v)`` where ``aval`` is ``meta``'s ``(shape tuple, dtype)`` (the
-    recording hot path has it: no ``torch.Size`` made)."""
+    recording hot path has it: no ``torch.Size`` made); ``lay``: ``Cell._lay``."""
     r = _wrapper(LazyTensor, aval[0], dtype=aval[1], device=DEVICE)
     c = r._c = Cell(meta, v)
+    c._lay = lay
     _REFS.append(_ref(c))
     if len(_REFS) > STATE.refs_limit:
         live_tensors()

@@ -34,8 +34,8 @@ import torch._inductor.inductor_prims  # noqa: F401 - defines prims.fma (Dynamo'
 from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_aggregate
 
-from ..dispatch import foreach_element
 from ..executor import conform_result
+from ..foreach import foreach_element
 from ..lowering import LOWERINGS, jax_dtype, precision
 from ..lowering.elementwise import register_fma
 from ..lowering.indexing import histc_lowered
