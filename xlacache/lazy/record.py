@@ -162,6 +162,7 @@ _OPS: dict[int, _Op] = STATE.ops
 # node-digest prefix, the multi-output container type or None, whether the op is wide).
 _META_CACHE: dict[tuple[int, str, tuple], tuple] = STATE.meta_cache
 _META_CACHE_MAX = 200_000
+_COPY_FIRST = (None,)  # the _META_CACHE entry of a view eager's layout does not allow
 
 
 def op_info(func: Any) -> _Op:
@@ -356,17 +357,20 @@ def record(
     ck = (id(func), akey, tuple([n.avals[k] for n, k in inputs]), tuple(lays))
     hit = _META_CACHE.get(ck)
     if hit is None or hit[0] is not func:
-        try:
-            inferred = _infer(func, margs, mkw, akey)
-        except RuntimeError:
-            if not lays or not op.view or lays[0][0] != 0:
-                raise
+        if hit is not _COPY_FIRST:
+            try:
+                inferred = _infer(func, margs, mkw, akey)
+                hit = _META_CACHE[ck] = (*inferred, _wide(ck[2], inferred[2]))
+            except RuntimeError:
+                if not lays or not op.view or lays[0][0] != 0:
+                    raise
+                hit = _META_CACHE[ck] = _COPY_FIRST  # remembered: no meta kernel raises again
+        if hit is _COPY_FIRST:
             # a view eager's layout does not allow: torch's ``reshape`` chose it by the
             # contiguous strides lazy tensors report, where eager's copies; so does this
             dense = {"memory_format": torch.contiguous_format}
             first = record(aten.clone.default, (args[0],), dense, as_view=False)
             return record(func, (first, *args[1:]), kwargs, as_view, into, static)
-        hit = _META_CACHE[ck] = (*inferred, _wide(ck[2], inferred[2]))
     _, metas, avals, prefix, multi, layouts, wide = hit
     if wide and (dyn or (ctx is not None and ctx.dyn)):
         # float64 math: its Python floats stay exact constants
