@@ -182,3 +182,20 @@ def test_stft_with_a_device_window():
     want = torch.stft(x, window=torch.hann_window(16), **kw)
     got = torch.stft(x.to(dev), window=torch.hann_window(16, device=dev), **kw)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_view_eager_refuses_runs_its_meta_kernel_once(monkeypatch):
+    """The copy-then-view decision is kept with the shapes: a steady loop does not rerun (and
+    raise in) the view's meta kernel every step."""
+    from xlacache.lazy import record as record_mod
+
+    calls = []
+    real = record_mod._infer
+    monkeypatch.setattr(record_mod, "_infer", lambda f, *a: calls.append(f) or real(f, *a))
+    x = torch.randn(5, 7, device=dev)
+    first = x.t().reshape(35)
+    views = calls.count(torch.ops.aten.view.default)
+    calls.clear()
+    again = x.t().reshape(35)
+    assert views >= 1 and torch.ops.aten.view.default not in calls
+    assert torch.equal(again.cpu(), first.cpu())
