@@ -219,7 +219,7 @@ def _out_variant(func: Any, args: tuple, kwargs: dict, outs: tuple[str, ...]) ->
         res = dispatch(cand, args, {**kw, **options})
         results = [res] if len(given) == 1 else list(res)
         for out, r in zip(given, results, strict=True):
-            resize_output(out, r.shape)
+            _resize_output(out, r.shape)
             assign(out, r)
         return given[0] if len(given) == 1 else tuple(given)
     return cpu_fallback(func, args, kwargs)
@@ -239,7 +239,7 @@ def _out_names(func: Any) -> tuple[str, ...]:
     return hit
 
 
-def resize_output(out: LazyTensor, shape: Any) -> None:
+def _resize_output(out: LazyTensor, shape: Any) -> None:
     """Eager's ``resize_output``: an ``out=`` tensor of another shape takes ``shape`` (with
     eager's deprecation warning when it held elements)."""
     if tuple(out.shape) == tuple(shape):
