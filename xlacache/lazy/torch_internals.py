@@ -96,6 +96,11 @@ INTERNALS = (
     Internal("torch._dynamo.trace_rules.add", "dynamo.backend: the runtime is not traced"),
     Internal("torch._dynamo.utils.counters", "dynamo.backend: graph breaks"),
     Internal("torch._dynamo.utils.guard_failures", "dynamo.backend: recompiles"),
+    Internal("torch._dynamo.exc.TorchDynamoException", "dynamo.backend: Dynamo's own errors"),
+    Internal(
+        "torch._dynamo.exc.exceptions_allowed_to_be_fallback",
+        "dynamo.backend: the errors Dynamo turns into graph breaks",
+    ),
     Internal(
         "torch._functorch.config.guess_tangent_strides_as_outputs",
         "dynamo.backend: contiguous tangents",
@@ -346,6 +351,15 @@ def register_seed_module(module: Any) -> Callable[[], None] | None:
 
 
 # -- Dynamo ------------------------------------------------------------------------------------
+
+
+def dynamo_handles() -> tuple[type[BaseException], ...]:
+    """The exceptions a backend lets through because Dynamo acts on them: its own (a restart,
+    a skipped frame), those it turns into a graph break, and ``IndexError`` (shown to the user
+    as the op's own)."""
+    from torch._dynamo import exc
+
+    return (exc.TorchDynamoException, IndexError, *exc.exceptions_allowed_to_be_fallback)
 
 
 def dynamo_skips_runtime() -> None:

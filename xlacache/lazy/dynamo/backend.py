@@ -24,6 +24,8 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
 from torch.fx import Graph, GraphModule
 
+from xlacache import counters
+
 from .. import metrics, torch_internals
 from ..lowering import LOWERINGS
 from ..state import STATE
@@ -187,6 +189,13 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
         STATE.dynamo_compiling = seen
         try:
             compiled = backend(graph, fakes)
+        except torch_internals.dynamo_handles():
+            raise
+        except Exception as e:  # noqa: BLE001 - never a crash where the graph can run lazily
+            counters.hidden("dynamo.aot_autograd", e)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            note_fallback(f"AOTAutograd failed: {type(e).__name__}: {first}", warn=True)
+            return gm.forward
         finally:
             STATE.dynamo_compiling = None
     # nothing compiled (a graph AOTAutograd did not give us): assume it updates inputs
