@@ -180,3 +180,27 @@ def test_result_types_follow_torch():
     y = x.abs().to(DEV)
     y.pow_(2.5)  # the in-place op's functional form is pow.Tensor_Scalar
     torch.testing.assert_close(y.cpu(), x.abs().pow(2.5))
+
+
+@pytest.mark.parametrize("mode", ["bfloat16", "autocast"])
+def test_bfloat16_convolution_gradients_match_eager(mode):
+    """A bfloat16 convolution's backward (its forward accumulates in float32) runs on the device."""
+
+    def grads(dev):
+        torch.manual_seed(0)
+        conv = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 4, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.ConvTranspose2d(4, 2, 2, stride=2),
+        )
+        conv = (conv.bfloat16() if mode == "bfloat16" else conv).to(dev)
+        x = torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(1))
+        x = (x.bfloat16() if mode == "bfloat16" else x).to(dev)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=mode == "autocast"):
+            y = conv(x)
+        y.float().square().mean().backward()
+        return [y.detach(), *(p.grad for p in conv.parameters())]
+
+    for got, want in zip(grads(DEV), grads(torch.device("cpu")), strict=True):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu().float(), want.float(), rtol=2e-2, atol=2e-2)

@@ -349,6 +349,36 @@ def test_an_aotautograd_failure_raises_in_strict_mode():
         assert not any("AOTAutograd failed" in r for r in xc.report()["fallback_reasons"])
 
 
+def test_sizes_a_dynamic_forward_saves_for_its_backward_compile():
+    """With a dynamic sequence length, AOTAutograd's forward also returns sizes (ints) for the
+    backward: the forward is still compiled, and forward and backward equal eager."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Embedding(20, 8), nn.Linear(8, 8))
+
+    def run(model, dev, compiled):
+        def f(t):
+            h = model(t)
+            return ((h @ h.transpose(1, 2)).softmax(-1) @ h).mean(1)
+
+        fn = torch.compile(f, backend="xlacache") if compiled else f
+        out = []
+        for length in (3, 4, 6):
+            t = torch.randint(0, 20, (2, length), generator=torch.Generator().manual_seed(length))
+            t = t.to(dev)
+            if compiled:
+                torch._dynamo.mark_dynamic(t, 1)
+            y = fn(t)
+            y.square().sum().backward()
+            out += [y.detach().cpu(), model[1].weight.grad.cpu().clone()]
+        return out
+
+    before = _count("CompiledGraphFallback"), _count("CompiledGraphLazyRun")
+    got = run(copy.deepcopy(ref).to(DEV), DEV, True)
+    assert (_count("CompiledGraphFallback"), _count("CompiledGraphLazyRun")) == before
+    for g, want in zip(got, run(ref, "cpu", False), strict=True):
+        torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-6)
+
+
 def test_compiled_optimizer_step_is_compiled_and_equals_eager():
     torch.manual_seed(0)
     ref = nn.Linear(8, 4)

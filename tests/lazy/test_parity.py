@@ -85,3 +85,27 @@ def test_transformer_sdpa_adamw():
         loss_fn,
         clip=1.0,
     )
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["first", "last"])
+def test_weight_norm_gradients_lower_and_match_eager(last):
+    """``parametrizations.weight_norm``'s backward (``_weight_norm_interface_backward``) is a
+    device op, not a CPU fallback, for the norm over every axis but the first or the last."""
+    from torch.nn.utils.parametrizations import weight_norm
+
+    def grads(dev):
+        torch.manual_seed(0)
+        linear, conv = torch.nn.Linear(6, 8), torch.nn.Conv1d(2, 3, 3)
+        model = torch.nn.Sequential(
+            weight_norm(linear, dim=1 if last else 0), weight_norm(conv, dim=2 if last else 0)
+        ).to(dev)
+        x = torch.randn(2, 2, 6, generator=torch.Generator().manual_seed(1)).to(dev)
+        model(x).square().sum().backward()
+        return [p.grad for p in model.parameters()]
+
+    name = "aten::_weight_norm_interface_backward"
+    before = xl.metrics.counter_value(name)
+    got = grads(xl.device())
+    assert xl.metrics.counter_value(name) == before  # no op ran on the CPU
+    for g, want in zip(got, grads(torch.device("cpu")), strict=True):
+        torch.testing.assert_close(g.cpu(), want, rtol=1e-5, atol=1e-6)

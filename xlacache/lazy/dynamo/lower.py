@@ -145,8 +145,9 @@ class Plan:
     kinds: list[str]
     reason: str | None = None
     # per graph output: ("in", i) an input, ("dev", k) device result k, ("host", k) host
-    # result k, or None
+    # result k, ("size", k) size result k (an int, fixed by the binding), or None
     outputs: list[tuple[str, int] | None] = field(default_factory=list)
+    size_results: list[int | torch.SymInt] = field(default_factory=list)
     device_results: list[Node] = field(default_factory=list)  # outputs, then updates
     device_updates: list[int] = field(default_factory=list)  # input updated by result k+n
     host_results: list[Node] = field(default_factory=list)  # outputs, then updates
@@ -235,6 +236,9 @@ def _results(p: Plan, nodes: list[Node]) -> str | None:
             p.outputs.append(None)
         elif r.op == "placeholder":
             p.outputs.append(("in", index[r]))
+        elif isinstance(r.meta.get("val"), (int, torch.SymInt)):  # a size the backward needs
+            p.outputs.append(("size", len(p.size_results)))
+            p.size_results.append(r.meta["val"])
         elif not _fake(r.meta.get("val")):
             return f"output {r.name} is not a tensor"
         elif _on_host(r):
@@ -326,19 +330,25 @@ Aval = tuple[tuple[int, ...], torch.dtype]
 
 def binding(p: Plan, args: list) -> dict[Any, int] | None:
     """The concrete value of every size symbol of ``p``'s inputs in this call (sympy symbol ->
-    int); None if a size is an expression, not a symbol (not bound here)."""
+    int). A size that is an expression (a backward's ``2*s0`` beside ``s0`` as an int input)
+    must agree with the symbols the other sizes bind; None if one is not bound that way, or a
+    size disagrees."""
     bind: dict[Any, int] = {}
+    exprs: list[tuple[Any, int]] = []
     for n, k, a in zip(p.placeholders, p.kinds, args, strict=True):
         v = n.meta["val"]
         pairs = [(v, a)] if k == INT else list(zip(v.shape, a.shape, strict=True))
         for s, got in pairs:
             if isinstance(s, torch.SymInt):
                 expr = s.node.expr
-                if not expr.is_Symbol:
-                    if not expr.free_symbols:
-                        continue
-                    return None
-                bind[expr] = int(got)
+                if expr.is_Symbol:
+                    if bind.setdefault(expr, int(got)) != int(got):
+                        return None
+                elif expr.free_symbols:
+                    exprs.append((expr, int(got)))
+    for expr, got in exprs:
+        if not expr.free_symbols <= bind.keys() or expr.xreplace(bind) != got:
+            return None
     return bind
 
 

@@ -155,6 +155,7 @@ class _Program:
     updates: list[tuple[tuple, bytes]]  # per updated input: its leaf's avals and prefix
     digest: bytes
     signature: dict
+    sizes: list[int]  # the graph's int outputs (sizes a backward takes) in this binding
 
 
 class CompiledGraph:
@@ -295,6 +296,8 @@ class CompiledGraph:
                 out.append(new_lazy(meta, avals[0], (node, 0)))
             elif w[0] == "in":
                 out.append(args[w[1]])
+            elif w[0] == "size":
+                out.append(prog.sizes[w[1]])
             else:
                 out.append(host[w[1]])
         return out
@@ -337,9 +340,10 @@ class CompiledGraph:
         p = self.plan
         bind = lower.binding(p, args)
         if bind is None:
-            raise NotImplementedError("an input size is an expression of others")
+            raise NotImplementedError("input sizes that the size symbols given do not fix")
         ints = {i: int(args[i]) for i in self.ints}
         fn = lower.build(p, bind, ints, now)
+        sizes = [lower.concrete(v, bind) for v in p.size_results]
         vals = [r.meta["val"] for r in p.device_results[: p.n_device_outputs]]
         metas = [torch.empty(lower.aval(v, bind)[0], dtype=v.dtype, device="meta") for v in vals]
         update_dtypes = [p.placeholders[i].meta["val"].dtype for i in p.device_updates]
@@ -366,7 +370,7 @@ class CompiledGraph:
         avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (*arrays, *packed)]
         run = self._compile(fn, h.digest(), signature, avals, self.donated)
         plain = None if self.donated else run
-        return _Program(run, plain, fn, avals, outs, updates, h.digest(), signature)
+        return _Program(run, plain, fn, avals, outs, updates, h.digest(), signature, sizes)
 
     def _plain(self, prog: _Program) -> Callable[..., Any]:
         """The program without donation (an updated input's buffer is held elsewhere)."""

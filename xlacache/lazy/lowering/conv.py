@@ -116,8 +116,8 @@ def _conv_bwd(
             fp32_precision,
         )  # fmt: skip
 
-    _, f = jax.vjp(fwd, x, w)
-    gx, gw = f(g.astype(x.dtype))
+    out, f = jax.vjp(fwd, x, w)
+    gx, gw = f(g.astype(out.dtype))  # float32 for bfloat16/float16 inputs (_acc)
     gb = jnp.sum(g, axis=(0,) + tuple(range(2, g.ndim))) if mask[2] else None
     return (gx if mask[0] else None, gw if mask[1] else None, gb)
 

@@ -294,3 +294,16 @@ scalar_as_vector(
 @reg(aten._pdist_backward.default)
 def _pdist_bwd(g: Any, x: Any, p: float, dist: Any) -> Any:
     return jax.vjp(lambda a: _pdist(a, p), x)[1](g)[0]
+
+
+@reg(aten._weight_norm_interface_backward.default)
+def _weight_norm_bwd(gw: Any, v: Any, g: Any, norms: Any, dim: int) -> Any:
+    """The gradients of ``v`` and ``g`` of ``w = g * v / norms`` (``norms``: ``v``'s norm over
+    every axis but ``dim``, shaped as ``g``), as eager's kernel computes them."""
+    axes = tuple(a for a in range(v.ndim) if a != norm_dim(dim, v.ndim))
+    vf = upcast(v)
+    sums = jnp.sum(upcast(gw) * vf, axis=axes, keepdims=True)
+    n = upcast(norms).reshape(sums.shape)
+    gf = upcast(g).reshape(sums.shape)
+    grad_v = (gf / n) * (upcast(gw) - vf * (sums / (n * n)))
+    return grad_v.astype(v.dtype), (sums / n).reshape(g.shape).astype(g.dtype)
