@@ -62,3 +62,23 @@ def test_a_module_on_the_meta_device_moves_with_to_empty():
         model.to(dev)
     model.to_empty(device=dev)
     assert model.weight.device.type == "xla" and model(torch.ones(2, 4, device=dev)).shape == (2, 3)
+
+
+@pytest.mark.filterwarnings("ignore:.*weight_norm.*is deprecated:FutureWarning")
+def test_the_deprecated_weight_norm_works_when_applied_after_the_move():
+    """As docs/lazy.md says: applied before, its computed ``weight`` holds ``weight_g`` in an
+    autograd graph, so torch refuses the swap; applied after the move, it trains."""
+    from torch.nn.utils import weight_norm
+
+    dev = xl.device()
+    with pytest.raises(RuntimeError, match="Couldn't swap Linear.weight_g"):
+        weight_norm(torch.nn.Linear(6, 8)).to(dev)
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(6, 8)
+    moved = weight_norm(torch.nn.Linear(6, 8).to(dev))
+    moved.load_state_dict({k: v.to(dev) for k, v in weight_norm(ref).state_dict().items()})
+    x = torch.randn(3, 6)
+    ref(x).square().sum().backward()
+    moved(x.to(dev)).square().sum().backward()
+    torch.testing.assert_close(moved.weight_v.grad.cpu(), ref.weight_v.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(moved.weight_g.grad.cpu(), ref.weight_g.grad, rtol=1e-5, atol=1e-6)
