@@ -182,6 +182,15 @@ def test_result_types_follow_torch():
     torch.testing.assert_close(y.cpu(), x.abs().pow(2.5))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_sign_of_nan_and_negative_zero_is_eagers(dtype):
+    """Eager's sign is ``(0 < x) - (x < 0)``: 0.0 for NaN, +0.0 for -0.0 (JAX's is NaN, -0.0)."""
+    x = torch.tensor([float("nan"), -0.0, 0.0, -3.0, 2.0, float("inf"), float("-inf")], dtype=dtype)
+    for op in (torch.sign, torch.sgn):
+        got, want = op(x.to(DEV)).cpu(), op(x)
+        assert torch.equal(got, want) and torch.equal(got.signbit(), want.signbit()), (op, got)
+
+
 @pytest.mark.parametrize("mode", ["bfloat16", "autocast"])
 def test_bfloat16_convolution_gradients_match_eager(mode):
     """A bfloat16 convolution's backward (its forward accumulates in float32) runs on the device."""

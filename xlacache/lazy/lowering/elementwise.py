@@ -269,6 +269,8 @@ def _sign(x: Any) -> Any:
         return jnp.where(a == 0, 0, x / jnp.where(a == 0, 1, a)).astype(x.dtype)
     if x.dtype == jnp.bool_:
         return x
+    if jnp.issubdtype(x.dtype, jnp.floating):  # eager's (0 < x) - (x < 0): NaN and -0.0 give 0.0
+        return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
     return jnp.sign(x)
 
 
