@@ -261,7 +261,33 @@ def _cdist(x1: Any, x2: Any, p: float, compute_mode: Any = None) -> Any:
 
 @reg(aten._cdist_backward.default)
 def _cdist_bwd(g: Any, x1: Any, x2: Any, p: float, dist: Any) -> Any:
-    return jax.vjp(lambda a: _pairwise(a, x2, p), x1)[1](g)[0]
+    return _pairwise_grad(g, x1, x2, p, dist)
+
+
+def _pairwise_grad(g: Any, x1: Any, x2: Any, p: float, dist: Any) -> Any:
+    """The gradient of ``dist = _pairwise(x1, x2, p)`` for ``x1``, term by term as eager's
+    kernels (``_cdist_backward``): 0 where a distance is 0 (where its derivative has none)."""
+    diff = x1[..., :, None, :] - x2[..., None, :, :]
+    d = dist[..., None]
+    gd = g[..., None]
+    sign = (diff > 0).astype(diff.dtype) - (diff < 0).astype(diff.dtype)
+    zero = d == 0
+    safe = jnp.where(zero, 1, d)
+    if p == 0:
+        return jnp.zeros_like(x1)
+    if p == 1:
+        t = sign * gd
+    elif p == math.inf:
+        t = sign * (jnp.abs(diff) == d) * gd
+    elif p == 2:
+        t = jnp.where(zero, 0, diff * gd / safe)
+    elif p < 2:
+        zero = zero | ((diff == 0) & (p < 1))
+        mag = jnp.abs(jnp.where(diff == 0, 1, diff)) ** (p - 1)
+        t = jnp.where(zero, 0, sign * mag * gd / safe ** (p - 1))
+    else:
+        t = jnp.where(zero, 0, diff * jnp.abs(diff) ** (p - 2) * gd / safe ** (p - 1))
+    return jnp.sum(t, axis=-2)
 
 
 @reg(aten._pdist_forward.default)
@@ -293,7 +319,13 @@ scalar_as_vector(
 
 @reg(aten._pdist_backward.default)
 def _pdist_bwd(g: Any, x: Any, p: float, dist: Any) -> Any:
-    return jax.vjp(lambda a: _pdist(a, p), x)[1](g)[0]
+    """Each pair's term as ``_cdist_backward``'s, over the full symmetric matrices (a zero
+    diagonal: no term)."""
+    n = x.shape[0]
+    i, j = np.triu_indices(n, 1)
+    full_g = jnp.zeros((n, n), g.dtype).at[i, j].set(g).at[j, i].set(g)
+    full_d = jnp.zeros((n, n), dist.dtype).at[i, j].set(dist).at[j, i].set(dist)
+    return _pairwise_grad(full_g, x, x, p, full_d)
 
 
 @reg(aten._weight_norm_interface_backward.default)
