@@ -151,17 +151,48 @@ def test_buffer_mutation_equals_eager():
     assert model[1].num_batches_tracked.item() == 3
 
 
+@pytest.mark.fallback  # torch.mode has no lowering: the graph, and the op, run elsewhere
 def test_unsupported_op_runs_lazily():
     def fn(x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.dropout(x * 2, p=0.5, training=True) + 1
+        return torch.mode(x * 2, 1).values + 1
 
     before = _count("CompiledGraphFallback")
-    x = torch.ones(64, 64)
+    x = torch.tensor([[1.0, 2.0, 2.0], [3.0, 3.0, 1.0]])
     out = torch.compile(fn, backend="xlacache")(x.to(DEV)).cpu()
     assert _count("CompiledGraphFallback") > before
-    assert xc.report()["fallback_reasons"][-1].startswith("inference:")
-    kept = out[out != 1]  # dropout keeps x * 2 scaled by 1 / (1 - p), or drops it
-    assert torch.all(kept == 5) and 0 < kept.numel() < out.numel()
+    assert xc.report()["fallback_reasons"][-1] == "inference: aten.mode.default has no lowering"
+    torch.testing.assert_close(out, fn(x))
+
+
+def test_random_draws_compile_and_follow_the_device_seed():
+    """Dropout (``rand_like`` in AOTAutograd's graph) and the other draws run in the compiled
+    program: new numbers every call, the same ones again after ``torch.manual_seed``."""
+
+    def fn(x: torch.Tensor) -> tuple:
+        kept = torch.nn.functional.dropout(x * 2, p=0.25, training=True)
+        return kept, torch.randn_like(x), torch.bernoulli(x * 0.5), torch.rand(4, device=x.device)
+
+    f = torch.compile(fn, backend="xlacache")
+    x = torch.ones(200, 100).to(DEV)
+    before = _count("CompiledGraphFallback"), _count("CompiledGraphExecute")
+    torch.manual_seed(3)
+    first = [t.cpu() for t in f(x)]
+    second = [t.cpu() for t in f(x)]
+    torch.manual_seed(3)
+    again = [t.cpu() for t in f(x)]
+    assert (_count("CompiledGraphFallback"), _count("CompiledGraphExecute")) == (
+        before[0],
+        before[1] + 3,
+    )
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not any(torch.equal(a, b) for a, b in zip(first, second, strict=True))
+    kept, normal, coin, uniform = first
+    scaled = torch.tensor(2 / 0.75).item()  # in float32
+    assert set(kept.unique().tolist()) == {0.0, scaled}  # dropped, or scaled by 1 / (1 - p)
+    assert 0.72 < (kept != 0).float().mean() < 0.78
+    assert abs(normal.mean()) < 0.05 and 0.95 < normal.std() < 1.05
+    assert set(coin.unique().tolist()) == {0.0, 1.0} and 0.47 < coin.mean() < 0.53
+    assert uniform.shape == (4,) and bool(((uniform >= 0) & (uniform < 1)).all())
 
 
 def test_cpu_tensor_in_a_device_call_is_a_clear_error():

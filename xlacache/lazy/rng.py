@@ -24,7 +24,7 @@ from .state import STATE
 def _restart(torch_seed: int, seed: int) -> None:
     STATE.torch_seed = torch_seed
     STATE.rng_seed = seed & 0xFFFFFFFF
-    STATE.rng_epoch = STATE.rng_index = 0
+    STATE.rng_epoch = STATE.rng_index = STATE.rng_calls = 0
     STATE.rng_leaf = None
 
 
@@ -43,6 +43,15 @@ def next_key() -> tuple[Node, int]:
     i = STATE.rng_index
     STATE.rng_index = i + 1
     return STATE.rng_leaf, i
+
+
+def compiled_key() -> np.ndarray:
+    """The key of one call of a compiled graph that draws random numbers: ``(seed, call)``,
+    a new one per call, restarted by ``torch.manual_seed`` as the lazy stream is (the graph
+    folds a constant of its own into it, apart from the lazy graphs' ``(seed, epoch)``)."""
+    _check_seed()
+    STATE.rng_calls += 1
+    return np.array([STATE.rng_seed, STATE.rng_calls], dtype=np.uint32)
 
 
 def new_epoch() -> None:

@@ -77,6 +77,7 @@ class RuntimeState:
     rng_epoch: int = 0
     rng_index: int = 0
     rng_leaf: Any = None
+    rng_calls: int = 0  # compiled graphs' draws: one key per call (rng.compiled_key)
     # closures.py: step closures queued for the next sync; the asynchronous ones' thread
     closures: list = field(default_factory=list)
     closure_error: BaseException | None = None

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -41,6 +42,7 @@ from ..lowering.elementwise import register_fma
 from ..lowering.indexing import histc_lowered
 from ..record import WIDE_DTYPES, op_info
 from . import strided
+from .draws import COMPILED_STREAM, RANDOM, draw
 
 aten = torch.ops.aten
 _WIDE_JAX = (jnp.float64, jnp.complex128)
@@ -158,6 +160,7 @@ class Plan:
     counter_step: int | float | None = None  # the host part adds this to each update alone
     groups: list[tuple[torch.dtype, list[int]]] = field(default_factory=list)  # CPU scalars
     symbolic: bool = False
+    random: bool = False  # draws random numbers: the program takes a key (``rng.compiled_key``)
 
     @property
     def device_inputs(self) -> list[int]:
@@ -191,6 +194,7 @@ def plan(gm: GraphModule) -> Plan:
         if p.reason:
             return p
     p.reason = _unlowerable(gm, nodes)
+    p.random = any(n.op == "call_function" and n.target in RANDOM for n in nodes)
     if p.reason is None:
         p.reason = _results(p, nodes)
     if p.reason is None:
@@ -207,6 +211,10 @@ def _unlowerable(gm: GraphModule, nodes: list[Node]) -> str | None:
         elif n.op == "call_function":
             t = n.target
             if t is operator.getitem or t in _IDENTITY or t in _SIZES:
+                continue
+            if t in RANDOM:
+                if n.kwargs.get("generator") is not None:
+                    return f"{t} draws from a generator of its own"
                 continue
             if t is _MUTATION:
                 if n.args[0].op != "placeholder" or n.users:
@@ -409,12 +417,16 @@ def build(
         n.target: jnp.asarray(getattr(p.gm, n.target).numpy()) for n in nodes if n.op == "get_attr"
     }
     steps = []
+    draws = 0
     for n in nodes:
         if n.op != "call_function" or n.target is _MUTATION:
             continue
         t = n.target
         fn = strided.lowering(n, lambda s: concrete(s, bind))
-        if fn is None and t is not operator.getitem and t not in _IDENTITY:
+        if t in RANDOM:
+            fn = draw(t, draws, aval(n.meta["val"], bind))
+            draws += 1
+        elif fn is None and t is not operator.getitem and t not in _IDENTITY:
             fn = _SIZES.get(t) or _lowering(t)
         vals = n.meta.get("val")
         multi = isinstance(vals, (tuple, list))
@@ -430,6 +442,9 @@ def build(
     def fn(*arrays: Any) -> list:
         env: dict[Node, Any] = {p.placeholders[i]: a for i, a in zip(dev, arrays, strict=False)}
         packed = arrays[len(dev) :]
+        if p.random:  # the call's key comes last
+            key = jax.random.fold_in(packed[-1], COMPILED_STREAM)
+            packed = packed[:-1]
         for (_, members), values in zip(p.groups, packed, strict=True):
             for j, i in enumerate(members):
                 env[p.placeholders[i]] = values[j]
@@ -453,6 +468,9 @@ def build(
                 continue
             if sizes:
                 env[n] = low(*args, **kwargs)
+                continue
+            if n.target in RANDOM:
+                env[n] = low(key, *args, **kwargs)
                 continue
             args, kwargs = _scalars(n, args, kwargs)
             if fp32:

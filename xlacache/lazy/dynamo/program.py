@@ -43,6 +43,7 @@ from ..graph import DATA, Node, leaf_prefix
 from ..identity import lowering_fingerprint
 from ..lowering import jax_dtype, precision, x64
 from ..record import assign
+from ..rng import compiled_key
 from ..state import STATE
 from ..tensor import LOCK, LazyTensor, new_lazy
 from . import lower, strided
@@ -258,6 +259,8 @@ class CompiledGraph:
             except Exception as e:
                 bad = next((i for i in members if not _host_scalar(args[i])), members[0])
                 raise _mixed(bad, args[bad], "a 0-d CPU tensor") from e
+        if self.plan.random:  # the key of this call's draws, last
+            out.append(compiled_key())
         return out
 
     def _key(self, args: list) -> tuple:
