@@ -410,6 +410,27 @@ def test_sizes_a_dynamic_forward_saves_for_its_backward_compile():
         torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.fallback  # torch's RNG-state operators have no lowering: those graphs run lazily
+def test_dropout_in_a_checkpointed_region_recomputes_the_same_mask():
+    """AOTAutograd saves the RNG state around a checkpointed region's draws and restores it to
+    recompute them (``run_and_save_rng_state``/``run_with_rng_state``): on lazy tensors these
+    save and restore the device stream, so the backward's mask is the forward's."""
+    from torch.utils.checkpoint import checkpoint
+
+    w = torch.ones(500).to(DEV).requires_grad_()
+
+    def region(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.dropout(x * w, p=0.5, training=True)
+
+    f = torch.compile(lambda x: checkpoint(region, x, w, use_reentrant=False), backend="xlacache")
+    x = torch.arange(1.0, 501.0)
+    y = f(x.to(DEV))
+    y.sum().backward()
+    kept = y.detach().cpu() != 0
+    assert 0 < kept.sum() < 500
+    torch.testing.assert_close(w.grad.cpu(), kept.float() * x / 0.5)
+
+
 def test_compiled_optimizer_step_is_compiled_and_equals_eager():
     torch.manual_seed(0)
     ref = nn.Linear(8, 4)

@@ -248,3 +248,4 @@ def test_the_reset_snippet_of_docs_lazy_runs():
     from tests.docsutil import section_block
 
     exec(section_block("docs/lazy.md", "Resetting the runtime", "python").text, {})  # noqa: S102
+    xl.device()  # installs again what the reset uninstalled (torch.xla: the later tests' device)

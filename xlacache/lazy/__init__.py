@@ -214,6 +214,7 @@ def install() -> None:
             _rng.install_generator,
             _rng.install_seed_hook,
             _rng.install_device_module,
+            _rng.install_rng_hops,
             _install_dynamo_rules,
             _backward_on_this_thread,
         ]

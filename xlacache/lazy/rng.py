@@ -157,6 +157,44 @@ def install_device_module() -> Callable[[], None] | None:
     return undo
 
 
+def _run_and_save_rng_state(op: Any, *args: Any, **kwargs: Any) -> tuple:
+    return get_state(), op(*args, **kwargs)
+
+
+def _run_with_rng_state(state: torch.Tensor, op: Any, *args: Any, **kwargs: Any) -> Any:
+    now = get_state()
+    set_state(state)
+    try:
+        return op(*args, **kwargs)
+    finally:
+        set_state(now)
+
+
+def install_rng_hops() -> Callable[[], None]:
+    """Torch's RNG-state operators on lazy tensors (``run_and_save_rng_state`` and
+    ``run_with_rng_state``: what AOTAutograd writes for a checkpointed region that draws, so
+    that its recomputation draws the same numbers) save and restore the device stream; the
+    undo. Torch has them for CPU and CUDA only."""
+    from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+
+    from .tensor import LazyTensor, PlainLazyTensor
+
+    added = []
+    for hop, fn in ((run_and_save_rng_state, _run_and_save_rng_state),
+                    (run_with_rng_state, _run_with_rng_state)):  # fmt: skip
+        for cls in (LazyTensor, PlainLazyTensor):
+            if cls not in hop.python_key_table:
+                hop.py_impl(cls)(fn)
+                added.append((hop, cls))
+
+    def undo() -> None:
+        for hop, cls in added:
+            hop.python_key_table.pop(cls, None)
+            hop._dispatch_cache.clear()
+
+    return undo
+
+
 def install_seed_hook() -> Callable[[], None] | None:
     """Let ``torch.manual_seed(s)`` restart the device stream (same seed, same numbers) through
     torch's seeding hook; the undo, or None where the slot is taken (then a new seed is still

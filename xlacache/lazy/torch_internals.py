@@ -10,6 +10,7 @@ Aten ops that a release may lack are looked up with ``aten_op`` (None: not regis
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import os
@@ -75,6 +76,13 @@ INTERNALS = (
     Internal("torch._register_device_module", "rng: torch's seeding hook"),
     Internal("torch.random._seed_custom_device", "rng: torch.manual_seed calls the hook"),
     Internal("torch._C.Generator", "rng: XlaGenerator's base class"),
+    Internal(
+        "torch._prims.rng_prims.run_and_save_rng_state", "rng: RNG-state HOPs on lazy tensors"
+    ),
+    Internal("torch._prims.rng_prims.run_with_rng_state", "rng: RNG-state HOPs on lazy tensors"),
+    Internal("torch._ops.HigherOrderOperator.py_impl", "rng: the HOPs' subclass rules"),
+    Internal("torch.utils._python_dispatch._get_current_dispatch_mode", "dynamo.program"),
+    Internal("torch.utils._python_dispatch._pop_mode_temporarily", "dynamo.program"),
     Internal("torch._C.DispatchKeySet", "_device: as_strided_ on the XLA key (CPU's kernel)"),
     Internal("torch._C.DispatchKey.CPU", "_device: as_strided_ on the XLA key (CPU's kernel)"),
     Internal("torch._C.DispatchKey.XLA", "_device: as_strided_ on the XLA key"),
@@ -351,6 +359,19 @@ def register_seed_module(module: Any) -> Callable[[], None] | None:
 
 
 # -- Dynamo ------------------------------------------------------------------------------------
+
+
+def without_aot_alias_analysis() -> contextlib.AbstractContextManager:
+    """Off while a graph runs lazily: the dispatch mode AOTAutograd puts around a graph's
+    first call to check custom ops' aliasing (``_AnalyzeCustomOpInputOutputMode``). For a
+    tensor subclass it returns ``NotImplemented`` from a higher-order operator (an RNG-state
+    one in a checkpointed region) instead of passing it on; for aten ops it checks nothing."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
+
+    mode = _get_current_dispatch_mode()
+    if type(mode).__name__ != "_AnalyzeCustomOpInputOutputMode":
+        return contextlib.nullcontext()
+    return _pop_mode_temporarily()
 
 
 def dynamo_handles() -> tuple[type[BaseException], ...]:

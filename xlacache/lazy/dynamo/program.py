@@ -37,7 +37,7 @@ from torch.fx import GraphModule
 
 from xlacache import counters, executables
 
-from .. import metrics
+from .. import metrics, torch_internals
 from ..executor import materialize
 from ..graph import DATA, Node, leaf_prefix
 from ..identity import lowering_fingerprint
@@ -129,7 +129,8 @@ class LazyGraph:
     def __call__(self, *args: Any) -> Any:
         args = _unboxed(args)
         metrics.counter_inc("CompiledGraphLazyRun")
-        return self._run(*args)
+        with torch_internals.without_aot_alias_analysis():
+            return self._run(*args)
 
 
 def _host_scalar(x: Any) -> bool:
