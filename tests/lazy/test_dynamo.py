@@ -15,6 +15,7 @@ import xlacache.lazy.dynamo as xc
 from tests.conftest import run_module_json, run_python
 from tests.lazy.models import MLP
 from xlacache.lazy import metrics
+from xlacache.lazy.torch_internals import torch_version
 
 DEV = xl.device()
 
@@ -405,7 +406,8 @@ def test_sizes_a_dynamic_forward_saves_for_its_backward_compile():
 
     before = _count("CompiledGraphFallback"), _count("CompiledGraphLazyRun")
     got = run(copy.deepcopy(ref).to(DEV), DEV, True)
-    assert (_count("CompiledGraphFallback"), _count("CompiledGraphLazyRun")) == before
+    if torch_version() >= (2, 11):  # before, symbolic sizes run Dynamo's graph lazily
+        assert (_count("CompiledGraphFallback"), _count("CompiledGraphLazyRun")) == before
     for g, want in zip(got, run(ref, "cpu", False), strict=True):
         torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-6)
 

@@ -115,6 +115,7 @@ INTERNALS = (
     ),
     Internal("torch._functorch.config.patch", "dynamo.backend: contiguous tangents"),
     Internal("torch._C._get_fp32_precision_getter", "lowering.precision: the settings"),
+    Internal("torch._C._dispatch_has_kernel_for_dispatch_key", "lowering.nn: meta kernels"),
     Internal("torch._C._disabled_torch_function_impl", "tensor: no __torch_function__ layer"),
     Internal("torch._C._increment_version", "dynamo.program: inputs updated in place"),
     Internal("torch._foreach_copy_", "dynamo.program: step counters written back"),
@@ -206,25 +207,36 @@ def lazy_inner_tensors_before_2_12() -> list[str]:
     return ["_meta"]
 
 
+def backend_refakes(fakes: list) -> bool:
+    """Must the backend fake its device inputs again (``backend_fakes``), with static sizes?"""
+    if torch_version() >= (2, 11):
+        return False
+    tc = torch._guards.TracingContext.try_get()
+    mode = getattr(tc, "fake_mode", None)
+    return mode is not None and not all(getattr(f, "fake_mode", mode) is mode for f in fakes)
+
+
 def backend_fakes(fakes: list, example_inputs: list) -> list:
     """The fake inputs a Dynamo backend hands AOTAutograd: the graph's placeholders' fakes,
     except on torch 2.9-2.10 (``backend_fakes_before_2_11``)."""
-    if torch_version() >= (2, 11):
+    if not backend_refakes(fakes):
         return fakes
-    tc = torch._guards.TracingContext.try_get()
-    mode = getattr(tc, "fake_mode", None)
-    if mode is None or all(getattr(f, "fake_mode", mode) is mode for f in fakes):
-        return fakes
-    return backend_fakes_before_2_11(mode, fakes, example_inputs)
+    return backend_fakes_before_2_11(
+        torch._guards.TracingContext.get().fake_mode, fakes, example_inputs
+    )
 
 
 def backend_fakes_before_2_11(mode: Any, fakes: list, example_inputs: list) -> list:
     """torch 2.9-2.10 put a fresh fake mode in the tracing context before calling the backend
     (the placeholders' fakes belong to the old one, which AOTAutograd refuses to mix): the
-    real input tensors faked again in it (sizes and other values as the placeholders give
-    them)."""
+    real device tensors faked again in it, with static sizes (sizes and other values as the
+    placeholders give them). Host tensors are left to AOTAutograd, which fakes them with
+    what Dynamo noted (a float made a 0-d tensor keeps its ``item``): a static fake of one
+    made here, while alive, would take that place in the mode's memo."""
     return [
-        mode.from_tensor(x, static_shapes=True) if isinstance(x, torch.Tensor) else f
+        mode.from_tensor(x, static_shapes=True)
+        if isinstance(x, torch.Tensor) and x.device.type != "cpu"
+        else f
         for f, x in zip(fakes, example_inputs, strict=True)
     ]
 

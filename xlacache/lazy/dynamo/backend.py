@@ -100,6 +100,13 @@ def recompile_reasons() -> list[str]:
     return [r for reasons in guard_failures.values() for r in reasons]
 
 
+def _symbolic(fake: Any) -> bool:
+    """Is this graph input a symbolic size, or a tensor with one?"""
+    if isinstance(fake, torch.SymInt):
+        return True
+    return isinstance(fake, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in fake.shape)
+
+
 def _aliased(inputs: list) -> bool:
     """Do two of the (real) graph inputs view the same lazy storage?"""
     roots = [id(x._c._root or x._c) for x in inputs if isinstance(x, LazyTensor)]
@@ -164,6 +171,11 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
             note_fallback("a Dynamo graph input without a fake value", warn=True)
             return gm.forward
         fakes.append(v)
+    if torch_internals.backend_refakes(fakes) and any(map(_symbolic, fakes)):
+        # torch 2.9-2.10: the inputs faked again have static sizes, so AOTAutograd's graph
+        # would bake in this call's sizes where Dynamo's guards let other sizes through
+        note_fallback("sizes Dynamo made dynamic, on a torch before 2.11", warn=True)
+        return gm.forward
     fakes = torch_internals.backend_fakes(fakes, example_inputs)
     # a host tensor goes to AOTAutograd as it is, as with PyTorch's own backends: it fakes it
     # in its mode with what Dynamo noted (a float Dynamo made a tensor keeps its ``item``)

@@ -328,7 +328,6 @@ def _pdist_bwd(g: Any, x: Any, p: float, dist: Any) -> Any:
     return _pairwise_grad(full_g, x, x, p, full_d)
 
 
-@reg(aten._weight_norm_interface_backward.default)
 def _weight_norm_bwd(gw: Any, v: Any, g: Any, norms: Any, dim: int) -> Any:
     """The gradients of ``v`` and ``g`` of ``w = g * v / norms`` (``norms``: ``v``'s norm over
     every axis but ``dim``, shaped as ``g``), as eager's kernel computes them."""
@@ -339,3 +338,8 @@ def _weight_norm_bwd(gw: Any, v: Any, g: Any, norms: Any, dim: int) -> Any:
     gf = upcast(g).reshape(sums.shape)
     grad_v = (gf / n) * (upcast(gw) - vf * (sums / (n * n)))
     return grad_v.astype(v.dtype), (sums / n).reshape(g.shape).astype(g.dtype)
+
+
+_WEIGHT_NORM_BWD = aten._weight_norm_interface_backward.default
+if torch._C._dispatch_has_kernel_for_dispatch_key(_WEIGHT_NORM_BWD.name(), "Meta"):
+    reg(_WEIGHT_NORM_BWD)(_weight_norm_bwd)  # torch >= 2.10; before, no shape inference: CPU
