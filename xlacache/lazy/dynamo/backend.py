@@ -205,7 +205,7 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
             raise
         except Exception as e:  # noqa: BLE001 - never a crash where the graph can run lazily
             counters.hidden("dynamo.aot_autograd", e)
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            first = (str(e).strip().splitlines() or [""])[0]
             note_fallback(f"AOTAutograd failed: {type(e).__name__}: {first}", warn=True)
             return gm.forward
         finally:

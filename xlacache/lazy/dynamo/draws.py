@@ -31,8 +31,7 @@ def draw(op: Any, index: int, out: tuple) -> Callable[..., Any]:
     """The lowering of the ``index``-th random draw of a graph, whose result is ``out``."""
     kind, params = RANDOM[op]
 
-    def lowered(key: Any, *args: Any, **kwargs: Any) -> Any:
-        kwargs.pop("generator", None)
+    def lowered(key: Any, *args: Any, **kwargs: Any) -> Any:  # ``generator``: None (plan)
         return lower_random(
             key, kind=kind, index=index, shape=out[0], dtype=out[1], params=params(*args, **kwargs)
         )

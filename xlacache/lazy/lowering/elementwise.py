@@ -17,7 +17,7 @@ import torch
 from jax import lax
 
 from .dtypes import floating, promote, result_dtype
-from .registry import LOWERINGS, reg_opmath, scaled
+from .registry import LOWERINGS, real_sign, reg_opmath, scaled
 from .registry import reg as reg_plain
 
 aten = torch.ops.aten
@@ -269,8 +269,8 @@ def _sign(x: Any) -> Any:
         return jnp.where(a == 0, 0, x / jnp.where(a == 0, 1, a)).astype(x.dtype)
     if x.dtype == jnp.bool_:
         return x
-    if jnp.issubdtype(x.dtype, jnp.floating):  # eager's (0 < x) - (x < 0): NaN and -0.0 give 0.0
-        return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+    if jnp.issubdtype(x.dtype, jnp.floating):  # NaN and -0.0 give 0.0, as in eager
+        return real_sign(x)
     return jnp.sign(x)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .registry import norm_dim, reg, reg_opmath, scalar_as_vector, upcast
+from .registry import norm_dim, real_sign, reg, reg_opmath, scalar_as_vector, upcast
 
 aten = torch.ops.aten
 
@@ -260,21 +260,17 @@ def _cdist(x1: Any, x2: Any, p: float, compute_mode: Any = None) -> Any:
 
 
 @reg(aten._cdist_backward.default)
-def _cdist_bwd(g: Any, x1: Any, x2: Any, p: float, dist: Any) -> Any:
-    return _pairwise_grad(g, x1, x2, p, dist)
-
-
 def _pairwise_grad(g: Any, x1: Any, x2: Any, p: float, dist: Any) -> Any:
     """The gradient of ``dist = _pairwise(x1, x2, p)`` for ``x1``, term by term as eager's
     kernels (``_cdist_backward``): 0 where a distance is 0 (where its derivative has none)."""
+    if p == 0:
+        return jnp.zeros_like(x1)
     diff = x1[..., :, None, :] - x2[..., None, :, :]
     d = dist[..., None]
     gd = g[..., None]
-    sign = (diff > 0).astype(diff.dtype) - (diff < 0).astype(diff.dtype)
+    sign = real_sign(diff)
     zero = d == 0
     safe = jnp.where(zero, 1, d)
-    if p == 0:
-        return jnp.zeros_like(x1)
     if p == 1:
         t = sign * gd
     elif p == math.inf:

@@ -102,6 +102,11 @@ def upcast(x: Any) -> Any:
     return x.astype(jnp.float32) if x.dtype in (jnp.bfloat16, jnp.float16) else x
 
 
+def real_sign(x: Any) -> Any:
+    """Eager's sign of real values, ``(0 < x) - (x < 0)``: 0 for NaN and for -0.0 (+0.0)."""
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
+
+
 def as_shape(size: Any) -> tuple[int, ...]:
     return tuple(int(s) for s in size)
 
