@@ -165,37 +165,6 @@ def test_unsupported_op_runs_lazily():
     torch.testing.assert_close(out, fn(x))
 
 
-def test_random_draws_compile_and_follow_the_device_seed():
-    """Dropout (``rand_like`` in AOTAutograd's graph) and the other draws run in the compiled
-    program: new numbers every call, the same ones again after ``torch.manual_seed``."""
-
-    def fn(x: torch.Tensor) -> tuple:
-        kept = torch.nn.functional.dropout(x * 2, p=0.25, training=True)
-        return kept, torch.randn_like(x), torch.bernoulli(x * 0.5), torch.rand(4, device=x.device)
-
-    f = torch.compile(fn, backend="xlacache")
-    x = torch.ones(200, 100).to(DEV)
-    before = _count("CompiledGraphFallback"), _count("CompiledGraphExecute")
-    torch.manual_seed(3)
-    first = [t.cpu() for t in f(x)]
-    second = [t.cpu() for t in f(x)]
-    torch.manual_seed(3)
-    again = [t.cpu() for t in f(x)]
-    assert (_count("CompiledGraphFallback"), _count("CompiledGraphExecute")) == (
-        before[0],
-        before[1] + 3,
-    )
-    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
-    assert not any(torch.equal(a, b) for a, b in zip(first, second, strict=True))
-    kept, normal, coin, uniform = first
-    scaled = torch.tensor(2 / 0.75).item()  # in float32
-    assert set(kept.unique().tolist()) == {0.0, scaled}  # dropped, or scaled by 1 / (1 - p)
-    assert 0.72 < (kept != 0).float().mean() < 0.78
-    assert abs(normal.mean()) < 0.05 and 0.95 < normal.std() < 1.05
-    assert set(coin.unique().tolist()) == {0.0, 1.0} and 0.47 < coin.mean() < 0.53
-    assert uniform.shape == (4,) and bool(((uniform >= 0) & (uniform < 1)).all())
-
-
 def test_cpu_tensor_in_a_device_call_is_a_clear_error():
     def fn(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return x + y
@@ -413,26 +382,6 @@ def test_sizes_a_dynamic_forward_saves_for_its_backward_compile():
 
 
 @pytest.mark.fallback  # torch's RNG-state operators have no lowering: those graphs run lazily
-def test_dropout_in_a_checkpointed_region_recomputes_the_same_mask():
-    """AOTAutograd saves the RNG state around a checkpointed region's draws and restores it to
-    recompute them (``run_and_save_rng_state``/``run_with_rng_state``): on lazy tensors these
-    save and restore the device stream, so the backward's mask is the forward's."""
-    from torch.utils.checkpoint import checkpoint
-
-    w = torch.ones(500).to(DEV).requires_grad_()
-
-    def region(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.dropout(x * w, p=0.5, training=True)
-
-    f = torch.compile(lambda x: checkpoint(region, x, w, use_reentrant=False), backend="xlacache")
-    x = torch.arange(1.0, 501.0)
-    y = f(x.to(DEV))
-    y.sum().backward()
-    kept = y.detach().cpu() != 0
-    assert 0 < kept.sum() < 500
-    torch.testing.assert_close(w.grad.cpu(), kept.float() * x / 0.5)
-
-
 def test_compiled_optimizer_step_is_compiled_and_equals_eager():
     torch.manual_seed(0)
     ref = nn.Linear(8, 4)

@@ -45,6 +45,9 @@ def next_key() -> tuple[Node, int]:
     return STATE.rng_leaf, i
 
 
+COMPILED_STREAM = 0x636F6D70  # folded into a compiled call's key: apart from the lazy draws
+
+
 def compiled_key() -> np.ndarray:
     """The key of one call of a compiled graph that draws random numbers: ``(seed, call)``,
     a new one per call, restarted by ``torch.manual_seed`` as the lazy stream is (the graph
@@ -157,17 +160,57 @@ def install_device_module() -> Callable[[], None] | None:
     return undo
 
 
+# The RNG states torch's RNG-state operators save for a checkpointed region's recomputation
+# (CPU byte tensors, as torch's): ``get_state``'s four 64-bit words where the region ran
+# lazily, three (``compiled_state``) where a compiled program drew: its call's key and the
+# draw's number. Either says which key and index the draw used (``state_words``).
+_LAZY_STATE_BYTES, _COMPILED_STATE_BYTES = 32, 24
+
+
+def compiled_state(key: np.ndarray, index: int) -> torch.Tensor:
+    """The state of draw ``index`` of a compiled call keyed ``key`` (``compiled_key``)."""
+    words = np.array([int(key[0]), int(key[1]), index], dtype=np.uint64)
+    return torch.from_numpy(words.view(np.uint8).copy())
+
+
+def state_words(state: torch.Tensor) -> np.ndarray:
+    """``(key0, key1, index, compiled)`` (uint32) of a saved RNG state: the draw it saved
+    uses the key ``(key0, key1)``, folded with ``COMPILED_STREAM`` where ``compiled`` is 1,
+    and its number ``index`` (``lowering.random.lower_random``)."""
+    data = state.detach().cpu()
+    n = data.numel()
+    if data.dtype != torch.uint8 or n not in (_LAZY_STATE_BYTES, _COMPILED_STATE_BYTES):
+        raise ValueError(
+            f"not an xla RNG state: a {data.dtype} tensor of {n} elements "
+            f"(want {_LAZY_STATE_BYTES} or {_COMPILED_STATE_BYTES} bytes)"
+        )
+    words = [int(w) for w in data.numpy().view(np.uint64)]
+    if n == _COMPILED_STATE_BYTES:
+        return np.array([*words, 1], dtype=np.uint32)
+    _, seed, epoch, index = words
+    return np.array([seed, epoch, index, 0], dtype=np.uint32)
+
+
 def _run_and_save_rng_state(op: Any, *args: Any, **kwargs: Any) -> tuple:
     return get_state(), op(*args, **kwargs)
 
 
 def _run_with_rng_state(state: torch.Tensor, op: Any, *args: Any, **kwargs: Any) -> Any:
-    now = get_state()
-    set_state(state)
+    """Run the draw ``op`` with the key and index ``state`` saved (either kind of state), then
+    put the device stream back exactly as it was."""
+    k0, k1, index, compiled = (int(w) for w in state_words(state))
+    key = np.array([k0, k1], dtype=np.uint32)
+    if compiled:
+        import jax  # the lowering's own fold (lower.build), here on the host
+
+        key = np.asarray(jax.random.fold_in(key, COMPILED_STREAM), dtype=np.uint32)
+    _check_seed()
+    saved = (STATE.rng_leaf, STATE.rng_index)
+    STATE.rng_leaf, STATE.rng_index = rng_node(key), index
     try:
         return op(*args, **kwargs)
     finally:
-        set_state(now)
+        STATE.rng_leaf, STATE.rng_index = saved
 
 
 def install_rng_hops() -> Callable[[], None]:

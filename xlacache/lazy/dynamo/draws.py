@@ -1,15 +1,30 @@
 """Random draws in compiled graphs: the ops AOTAutograd's graphs draw with (dropout is
 ``rand_like``), each lowered as the lazy runtime's draw of its kind (``lower_random``), keyed
-by the call's key (``rng.compiled_key``, an input of the program) and the draw's number."""
+by the call's key (``rng.compiled_key``, an input of the program) and the draw's number.
+
+A checkpointed region that draws reaches the graphs as torch's RNG-state operators: the
+forward's ``run_and_save_rng_state(op, ...)`` draws and returns the state its backward's
+``run_with_rng_state(state, op, ...)`` draws the same numbers from. The forward's state is a
+CPU tensor made on the host from the call's key and the draw's number (``rng.compiled_state``);
+the backward takes it as four words (``rng.state_words``: also a state the lazy runtime saved,
+where the forward ran lazily) and draws with that key and number.
+"""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import torch
+from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+from torch.fx import Node
+from torch.fx.node import map_aggregate
 
 from ..lowering import lower_random
+from ..rng import COMPILED_STREAM
 
 aten = torch.ops.aten
 
@@ -24,16 +39,89 @@ RANDOM: dict[Any, tuple[str, Callable[..., tuple]]] = {
     aten.uniform.default: ("uniform_", lambda x, lo=0.0, hi=1.0, **kw: (lo, hi)),
     aten.exponential.default: ("exponential_", lambda x, lambd=1.0, **kw: (lambd,)),
 }
-COMPILED_STREAM = 0x636F6D70  # folded into the call's key: apart from the lazy graphs' draws
+SAVES, REPLAYS = run_and_save_rng_state, run_with_rng_state
+
+
+def draws_with_key(n: Node) -> bool:
+    """Does ``n`` draw with the call's key (a plain draw, or one whose state it saves)?"""
+    return n.op == "call_function" and (n.target in RANDOM or n.target is SAVES)
+
+
+def sites(nodes: list[Node]) -> dict[Node, int]:
+    """Each draw's number in its graph (the index folded into the call's key)."""
+    return {n: i for i, n in enumerate(n for n in nodes if draws_with_key(n))}
+
+
+def is_state_input(n: Node) -> bool:
+    """Is placeholder ``n`` a saved RNG state (read only by ``run_with_rng_state``)?"""
+    users = list(n.users)
+    return bool(users) and all(u.target is REPLAYS and u.args[0] is n for u in users)
+
+
+def saved_state(r: Node) -> Node | None:
+    """The ``run_and_save_rng_state`` node whose state ``r`` is, else None."""
+    if r.op == "call_function" and r.target is operator.getitem and r.args[1] == 0:
+        src = r.args[0]
+        if isinstance(src, Node) and src.target is SAVES:
+            return src
+    return None
+
+
+def unlowerable(n: Node) -> str | None:
+    """Why the draw ``n`` (a random op or an RNG-state operator) cannot be lowered."""
+    op = n.args[0] if n.target is SAVES else n.args[1] if n.target is REPLAYS else n.target
+    if op not in RANDOM:
+        return f"{n.target} of {op}, which has no lowering"
+    if n.kwargs.get("generator") is not None:
+        return f"{op} draws from a generator of its own"
+    return None
+
+
+def drawn(n: Node, concrete: Callable[[Any], int]) -> tuple[Any, tuple]:
+    """The op an RNG-state operator ``n`` draws with, and its result's shape and dtype (the
+    operator's node carries no value: its op runs on meta tensors, sizes under the binding)."""
+    op, args = (n.args[0], n.args[1:]) if n.target is SAVES else (n.args[1], n.args[2:])
+
+    def meta(a: Any) -> Any:
+        v = a.meta["val"] if isinstance(a, Node) else a
+        if isinstance(v, torch.Tensor):
+            return torch.empty([concrete(s) for s in v.shape], dtype=v.dtype, device="meta")
+        return concrete(v) if isinstance(v, torch.SymInt) else v
+
+    out = op(*map_aggregate(args, meta), **{**n.kwargs, "device": "meta"})
+    return op, (tuple(out.shape), out.dtype)
 
 
 def draw(op: Any, index: int, out: tuple) -> Callable[..., Any]:
-    """The lowering of the ``index``-th random draw of a graph, whose result is ``out``."""
+    """The lowering of the ``index``-th random draw of a graph, whose result is ``out``:
+    ``lowered(key, *args)``, ``key`` the call's (folded with ``COMPILED_STREAM``)."""
     kind, params = RANDOM[op]
 
     def lowered(key: Any, *args: Any, **kwargs: Any) -> Any:  # ``generator``: None (plan)
         return lower_random(
             key, kind=kind, index=index, shape=out[0], dtype=out[1], params=params(*args, **kwargs)
         )
+
+    return lowered
+
+
+def saving(n: Node, index: int, concrete: Callable[[Any], int]) -> Callable[..., Any]:
+    """``run_and_save_rng_state(op, ...)`` as draw ``index``: its state comes from the host."""
+    op, out = drawn(n, concrete)
+    plain = draw(op, index, out)
+    return lambda key, _op, *args, **kwargs: (None, plain(key, *args, **kwargs))
+
+
+def replaying(n: Node, concrete: Callable[[Any], int]) -> Callable[..., Any]:
+    """``run_with_rng_state(state, op, ...)``: the draw with the key and number the state's
+    words give (``rng.state_words``), the call's own key unused."""
+    op, out = drawn(n, concrete)
+    kind, params = RANDOM[op]
+
+    def lowered(_key: Any, words: Any, _op: Any, *args: Any, **kwargs: Any) -> Any:
+        key = words[:2]
+        key = jnp.where(words[3] != 0, jax.random.fold_in(key, COMPILED_STREAM), key)
+        ps = params(*args, **kwargs)
+        return lower_random(key, kind=kind, index=words[2], shape=out[0], dtype=out[1], params=ps)
 
     return lowered

@@ -41,13 +41,16 @@ from ..lowering import LOWERINGS, jax_dtype, precision
 from ..lowering.elementwise import register_fma
 from ..lowering.indexing import histc_lowered
 from ..record import WIDE_DTYPES, op_info
-from . import strided
-from .draws import COMPILED_STREAM, RANDOM, draw
+from . import draws, strided
+from .draws import COMPILED_STREAM, RANDOM, REPLAYS, SAVES
+from .sizes import SIZE_OPS as _SIZES
+from .sizes import aval, concrete, symbol_values
 
 aten = torch.ops.aten
 _WIDE_JAX = (jnp.float64, jnp.complex128)
 
-DEVICE, HOST, INT = "device", "host", "int"  # the kinds of graph inputs
+DEVICE, HOST, INT, RNG = "device", "host", "int", "rng"  # the kinds of graph inputs (RNG: a
+# saved RNG state, ``draws.py``)
 
 # ops with no lowering of their own whose value is their (first) input's
 _IDENTITY = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
@@ -55,27 +58,6 @@ _IDENTITY = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
 # result is cast and broadcast to the node's dtype and shape like every lowering's
 _LOCAL: dict[Any, Callable[..., Any]] = {
     aten.copy.default: lambda dst, src, non_blocking=False: src,
-}
-# size arithmetic on Python ints (graphs with symbolic sizes, evaluated per binding)
-_SIZES: dict[Any, Callable[..., Any]] = {
-    aten.sym_size.int: lambda x, d: x.shape[d],
-    aten.sym_numel.default: lambda x: int(np.prod(x.shape)),
-    aten.sym_stride.int: lambda x, d: int(np.prod(x.shape[d + 1 :])),
-    operator.add: operator.add,
-    operator.sub: operator.sub,
-    operator.mul: operator.mul,
-    operator.floordiv: operator.floordiv,
-    operator.mod: operator.mod,
-    operator.neg: operator.neg,
-    operator.eq: operator.eq,
-    operator.ne: operator.ne,
-    operator.lt: operator.lt,
-    operator.le: operator.le,
-    operator.gt: operator.gt,
-    operator.ge: operator.ge,
-    torch.sym_max: max,
-    torch.sym_min: min,
-    torch.sym_not: operator.not_,
 }
 _MUTATION = aten.copy_.default
 
@@ -147,7 +129,8 @@ class Plan:
     kinds: list[str]
     reason: str | None = None
     # per graph output: ("in", i) an input, ("dev", k) device result k, ("host", k) host
-    # result k, ("size", k) size result k (an int, fixed by the binding), or None
+    # result k, ("size", k) size result k (an int, fixed by the binding), ("rng", k) the state
+    # of the call's draw k (``draws.py``), or None
     outputs: list[tuple[str, int] | None] = field(default_factory=list)
     size_results: list[int | torch.SymInt] = field(default_factory=list)
     device_results: list[Node] = field(default_factory=list)  # outputs, then updates
@@ -161,6 +144,7 @@ class Plan:
     groups: list[tuple[torch.dtype, list[int]]] = field(default_factory=list)  # CPU scalars
     symbolic: bool = False
     random: bool = False  # draws random numbers: the program takes a key (``rng.compiled_key``)
+    rng_inputs: list[int] = field(default_factory=list)  # saved RNG states, as words (packed)
 
     @property
     def device_inputs(self) -> list[int]:
@@ -178,6 +162,10 @@ def plan(gm: GraphModule) -> Plan:
     p = Plan(gm, phs, [])
     for n in phs:
         v = n.meta.get("val")
+        if draws.is_state_input(n):  # its size is the state's length: no size of the graph's
+            p.kinds.append(RNG)
+            p.rng_inputs.append(len(p.kinds) - 1)
+            continue
         if isinstance(v, (int, torch.SymInt)):
             p.kinds.append(INT)
         elif not _fake(v):
@@ -194,7 +182,7 @@ def plan(gm: GraphModule) -> Plan:
         if p.reason:
             return p
     p.reason = _unlowerable(gm, nodes)
-    p.random = any(n.op == "call_function" and n.target in RANDOM for n in nodes)
+    p.random = any(draws.draws_with_key(n) for n in nodes)
     if p.reason is None:
         p.reason = _results(p, nodes)
     if p.reason is None:
@@ -212,9 +200,10 @@ def _unlowerable(gm: GraphModule, nodes: list[Node]) -> str | None:
             t = n.target
             if t is operator.getitem or t in _IDENTITY or t in _SIZES:
                 continue
-            if t in RANDOM:
-                if n.kwargs.get("generator") is not None:
-                    return f"{t} draws from a generator of its own"
+            if t in RANDOM or t is SAVES or t is REPLAYS:
+                reason = draws.unlowerable(n)
+                if reason is not None:
+                    return reason
                 continue
             if t is _MUTATION:
                 if n.args[0].op != "placeholder" or n.users:
@@ -239,9 +228,12 @@ def _results(p: Plan, nodes: list[Node]) -> str | None:
     results = list(results) if isinstance(results, (tuple, list)) else [results]
     dev_out: list[Node] = []
     host_out: list[Node] = []
+    sites = draws.sites(nodes)
     for r in results:
         if r is None:
             p.outputs.append(None)
+        elif (saves := draws.saved_state(r)) is not None:
+            p.outputs.append(("rng", sites[saves]))
         elif r.op == "placeholder":
             p.outputs.append(("in", index[r]))
         elif isinstance(r.meta.get("val"), (int, torch.SymInt)):  # a size the backward needs
@@ -333,45 +325,12 @@ def _counter_step(p: Plan) -> int | float | None:
 
 # --------------------------------------------------------------------------- one binding
 
-Aval = tuple[tuple[int, ...], torch.dtype]
-
 
 def binding(p: Plan, args: list) -> dict[Any, int] | None:
-    """The concrete value of every size symbol of ``p``'s inputs in this call (sympy symbol ->
-    int). A size that is an expression (a backward's ``2*s0`` beside ``s0`` as an int input)
-    must agree with the symbols the other sizes bind; None if one is not bound that way, or a
-    size disagrees."""
-    bind: dict[Any, int] = {}
-    exprs: list[tuple[Any, int]] = []
-    for n, k, a in zip(p.placeholders, p.kinds, args, strict=True):
-        v = n.meta["val"]
-        pairs = [(v, a)] if k == INT else list(zip(v.shape, a.shape, strict=True))
-        for s, got in pairs:
-            if isinstance(s, torch.SymInt):
-                expr = s.node.expr
-                if expr.is_Symbol:
-                    if bind.setdefault(expr, int(got)) != int(got):
-                        return None
-                elif expr.free_symbols:
-                    exprs.append((expr, int(got)))
-    for expr, got in exprs:
-        if not expr.free_symbols <= bind.keys() or expr.xreplace(bind) != got:
-            return None
-    return bind
-
-
-def concrete(s: Any, bind: dict[Any, int]) -> int:
-    if isinstance(s, torch.SymInt):
-        expr = s.node.expr
-        value = expr.xreplace(bind) if hasattr(expr, "xreplace") else expr
-        if not (isinstance(value, int) or value.is_Integer):
-            raise NotImplementedError(f"size {s} is not fixed by the inputs' sizes")
-        return int(value)
-    return int(s)
-
-
-def aval(v: Any, bind: dict[Any, int]) -> Aval | None:
-    return None if v is None else (tuple(concrete(s, bind) for s in v.shape), v.dtype)
+    """The concrete value of every size symbol of ``p``'s inputs in this call (``sizes``;
+    a saved RNG state's length is no size of the graph's)."""
+    pairs = zip(p.placeholders, p.kinds, args, strict=True)
+    return symbol_values((n.meta["val"], a) for n, k, a in pairs if k != RNG)
 
 
 def _wide(n: Node) -> bool:
@@ -417,20 +376,23 @@ def build(
         n.target: jnp.asarray(getattr(p.gm, n.target).numpy()) for n in nodes if n.op == "get_attr"
     }
     steps = []
-    draws = 0
+    sites = draws.sites(nodes)
     for n in nodes:
         if n.op != "call_function" or n.target is _MUTATION:
             continue
         t = n.target
         fn = strided.lowering(n, lambda s: concrete(s, bind))
         if t in RANDOM:
-            fn = draw(t, draws, aval(n.meta["val"], bind))
-            draws += 1
+            fn = draws.draw(t, sites[n], aval(n.meta["val"], bind))
+        elif t is SAVES:
+            fn = draws.saving(n, sites[n], lambda s: concrete(s, bind))
+        elif t is REPLAYS:
+            fn = draws.replaying(n, lambda s: concrete(s, bind))
         elif fn is None and t is not operator.getitem and t not in _IDENTITY:
             fn = _SIZES.get(t) or _lowering(t)
-        vals = n.meta.get("val")
-        multi = isinstance(vals, (tuple, list))
-        avals = tuple(aval(v, bind) if _fake(v) else None for v in _vals(n))
+        multi = isinstance(n.meta.get("val"), (tuple, list))
+        vals = () if t is operator.getitem else _vals(n)  # (an RNG state's size is unbound)
+        avals = tuple(aval(v, bind) if _fake(v) else None for v in vals)
         steps.append((n, fn, avals, multi, t in _SIZES, str(t), _fp32(n, now)))
     dev = p.device_inputs
     results = p.device_results
@@ -442,9 +404,13 @@ def build(
     def fn(*arrays: Any) -> list:
         env: dict[Node, Any] = {p.placeholders[i]: a for i, a in zip(dev, arrays, strict=False)}
         packed = arrays[len(dev) :]
-        if p.random:  # the call's key comes last
+        key = None
+        if p.random:  # the call's key comes last, after the saved RNG states
             key = jax.random.fold_in(packed[-1], COMPILED_STREAM)
             packed = packed[:-1]
+        for i, words in zip(p.rng_inputs, packed[len(packed) - len(p.rng_inputs) :], strict=True):
+            env[p.placeholders[i]] = words
+        packed = packed[: len(packed) - len(p.rng_inputs)]
         for (_, members), values in zip(p.groups, packed, strict=True):
             for j, i in enumerate(members):
                 env[p.placeholders[i]] = values[j]
@@ -469,7 +435,7 @@ def build(
             if sizes:
                 env[n] = low(*args, **kwargs)
                 continue
-            if n.target in RANDOM:
+            if n.target in RANDOM or n.target is SAVES or n.target is REPLAYS:
                 env[n] = low(key, *args, **kwargs)
                 continue
             args, kwargs = _scalars(n, args, kwargs)

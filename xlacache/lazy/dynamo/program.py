@@ -43,10 +43,10 @@ from ..graph import DATA, Node, leaf_prefix
 from ..identity import lowering_fingerprint
 from ..lowering import jax_dtype, precision, x64
 from ..record import assign
-from ..rng import compiled_key
+from ..rng import compiled_key, compiled_state, state_words
 from ..state import STATE
 from ..tensor import LOCK, LazyTensor, new_lazy
-from . import lower, strided
+from . import lower, sizes, strided
 
 FORMAT = 3  # versions the graph key below (2: float32 precision settings; 3: whole steps)
 _MAX_REASONS = 100
@@ -222,7 +222,8 @@ class CompiledGraph:
                 results = run(*arrays, *packed)
             metrics.metric_add("CompiledGraphExecuteTime", time.perf_counter_ns() - t0)
             metrics.counter_inc("CompiledGraphExecute")
-            out = self._outputs(args, results, host, prog)
+            key = packed[-1] if p.random else None
+            out = self._outputs(args, results, host, prog, key)
             self._update(args, results, host, prog)
         return out
 
@@ -260,6 +261,11 @@ class CompiledGraph:
             except Exception as e:
                 bad = next((i for i in members if not _host_scalar(args[i])), members[0])
                 raise _mixed(bad, args[bad], "a 0-d CPU tensor") from e
+        for i in self.plan.rng_inputs:  # saved RNG states (``draws.py``)
+            try:
+                out.append(state_words(args[i]))
+            except (ValueError, AttributeError) as e:
+                raise RuntimeError(f"xlacache.lazy.dynamo: input {i}: {e}") from e
         if self.plan.random:  # the key of this call's draws, last
             out.append(compiled_key())
         return out
@@ -288,7 +294,9 @@ class CompiledGraph:
 
     # -- results
 
-    def _outputs(self, args: list, results: list, host: tuple, prog: _Program) -> list:
+    def _outputs(
+        self, args: list, results: list, host: tuple, prog: _Program, key: np.ndarray | None
+    ) -> list:
         out: list[Any] = []
         outs = prog.outs
         for w in self.plan.outputs:
@@ -302,6 +310,8 @@ class CompiledGraph:
                 out.append(args[w[1]])
             elif w[0] == "size":
                 out.append(prog.sizes[w[1]])
+            elif w[0] == "rng":  # the state of this call's draw w[1], for the backward
+                out.append(compiled_state(key, w[1]))
             else:
                 out.append(host[w[1]])
         return out
@@ -347,9 +357,9 @@ class CompiledGraph:
             raise NotImplementedError("input sizes that the size symbols given do not fix")
         ints = {i: int(args[i]) for i in self.ints}
         fn = lower.build(p, bind, ints, now)
-        sizes = [lower.concrete(v, bind) for v in p.size_results]
+        size_values = [sizes.concrete(v, bind) for v in p.size_results]
         vals = [r.meta["val"] for r in p.device_results[: p.n_device_outputs]]
-        metas = [torch.empty(lower.aval(v, bind)[0], dtype=v.dtype, device="meta") for v in vals]
+        metas = [torch.empty(sizes.aval(v, bind)[0], dtype=v.dtype, device="meta") for v in vals]
         update_dtypes = [p.placeholders[i].meta["val"].dtype for i in p.device_updates]
         outs = []
         for m in metas:
@@ -374,7 +384,7 @@ class CompiledGraph:
         avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (*arrays, *packed)]
         run = self._compile(fn, h.digest(), signature, avals, self.donated)
         plain = None if self.donated else run
-        return _Program(run, plain, fn, avals, outs, updates, h.digest(), signature, sizes)
+        return _Program(run, plain, fn, avals, outs, updates, h.digest(), signature, size_values)
 
     def _plain(self, prog: _Program) -> Callable[..., Any]:
         """The program without donation (an updated input's buffer is held elsewhere)."""
