@@ -92,52 +92,78 @@ def test_dropout_in_a_checkpointed_region_recomputes_the_same_mask():
     assert _counts() == (before[0], before[1], before[2] + 4)
 
 
+# draws as a checkpointed region makes them: factories, fills, ``*_like``, on the host
+DRAWS = {
+    "rand_like": torch.rand_like,
+    "bernoulli": lambda x: torch.bernoulli(x / 400),
+    "uniform_": lambda x: torch.empty_like(x).uniform_(-2, 3),
+    "normal_": lambda x: torch.empty_like(x).normal_(1.0, 2.0),
+    "exponential_": lambda x: torch.empty_like(x).exponential_(2.0),
+    "rand": lambda x: torch.rand(x.shape, device=x.device),
+    "randint": lambda x: torch.randint(0, 5, x.shape, device=x.device).float(),  # on the host
+}
+
+
 class _ModeInBackward(torch.autograd.Function):
-    """Doubles its input; its backward also computes a ``torch.mode`` (no lowering) that adds
-    nothing: the backward graph runs lazily, the forward's compiles."""
+    """The identity; its backward also computes a ``torch.mode`` (no lowering) that adds
+    nothing, so that the backward's graph runs lazily."""
 
     @staticmethod
     def forward(ctx, x):  # noqa: ANN001, ANN205
-        return x * 2
+        return x * 1
 
     @staticmethod
     def backward(ctx, g):  # noqa: ANN001, ANN205
-        return g * 2 + 0 * torch.mode(g, dim=-1).values.unsqueeze(-1)
+        return g + 0 * torch.mode(g, dim=-1).values.unsqueeze(-1)
 
 
-def _region_mode_in_backward(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.dropout(_ModeInBackward.apply(x * w), p=0.5, training=True)
+def _checkpointed(draw, lazy_forward: bool, lazy_backward: bool):  # noqa: ANN001, ANN202
+    """``x * w * draw(x)`` checkpointed and compiled: with ``w`` all ones, ``w``'s gradient is
+    the output itself exactly when the backward recomputes the forward's draw."""
+    w = torch.ones(3, 100).to(DEV).requires_grad_()
 
+    def region(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        y = (_ModeInBackward.apply(x * w) if lazy_backward else x * w) * draw(x)
+        if lazy_forward:  # a value the backward does not need, from an op with no lowering
+            y = y + 0 * torch.mode(x.detach(), dim=-1).values.unsqueeze(-1)
+        return y
 
-def _region_mode_in_forward(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    # a value the backward does not need, from an op with no lowering: the forward runs lazily
-    dropped = torch.nn.functional.dropout(x * w, p=0.5, training=True)
-    return dropped + torch.mode(x.detach(), dim=-1).values.unsqueeze(-1)
-
-
-@pytest.mark.parametrize(
-    "region, offset",
-    [(_region_mode_in_backward, 0.0), (_region_mode_in_forward, 1.0)],
-    ids=["compiled-forward-lazy-backward", "lazy-forward-compiled-backward"],
-)
-def test_a_checkpointed_draw_is_recomputed_when_one_of_its_graphs_runs_lazily(region, offset):
-    """The state one graph saves is read by the other, whichever ran as a program: the lazy
-    runtime replays a compiled draw from its key, a program replays a lazy draw."""
-    w = torch.ones(4, 100).to(DEV).requires_grad_()
     f = torch.compile(lambda x: checkpoint(region, x, w, use_reentrant=False), backend="xlacache")
-    x = torch.arange(1.0, 401.0).reshape(4, 100)
+    return f, w
+
+
+@pytest.mark.parametrize("name", list(DRAWS))
+def test_every_kind_of_checkpointed_draw_compiles_and_is_recomputed(name):
+    f, w = _checkpointed(DRAWS[name], lazy_forward=False, lazy_backward=False)
+    x = torch.arange(1.0, 301.0).reshape(3, 100).to(DEV)
+    before = _counts()
+    y = f(x)
+    y.sum().backward()
+    runs_lazily = name == "randint"  # a host draw: its graphs run lazily
+    now = _counts()
+    assert (now[1] - before[1], now[2] - before[2]) == ((2, 0) if runs_lazily else (0, 2))
+    assert torch.equal(w.grad.cpu(), y.detach().cpu())
+
+
+@pytest.mark.parametrize("name", ["rand_like", "rand", "randint"])
+@pytest.mark.parametrize(
+    "lazy", [(True, False), (False, True), (True, True)], ids=["fwd-lazy", "bwd-lazy", "both-lazy"]
+)
+def test_a_checkpointed_draw_is_recomputed_when_its_graphs_run_lazily(name, lazy):
+    """The state one graph saves is read by the other, whichever ran as a program: the lazy
+    runtime replays a compiled draw from its key (a factory draw, with no tensor argument,
+    too), a program replays a lazy draw, and a draw on the host is replayed from the CPU
+    generator's saved state."""
+    f, w = _checkpointed(DRAWS[name], *lazy)
+    x = torch.arange(1.0, 301.0).reshape(3, 100).to(DEV)
     before = _counts()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the graph that runs lazily says so
-        y = f(x.to(DEV))
+        y = f(x)
         y.sum().backward()
-    now = _counts()
-    assert (now[1] - before[1], now[2] - before[2]) == (1, 1)  # one graph each way
-    mode = x.mode(dim=-1).values.unsqueeze(-1) if offset else 0.0
-    kept = (y.detach().cpu() - mode) != 0
-    assert 0 < kept.sum() < 400
-    scale = 2.0 if region is _region_mode_in_backward else 1.0
-    torch.testing.assert_close(w.grad.cpu(), kept.float() * x * scale / 0.5)
+    lazy_runs = _counts()[1] - before[1]
+    assert lazy_runs == (2 if name == "randint" or all(lazy) else 1)
+    assert torch.equal(w.grad.cpu(), y.detach().cpu())
 
 
 def test_saved_rng_states_say_their_key_and_number():
@@ -149,6 +175,8 @@ def test_saved_rng_states_say_their_key_and_number():
     lazy = rng.get_state()
     seed, epoch, index, flag = (int(v) for v in rng.state_words(lazy))
     assert (seed, flag) == (rng.get_seed(), 0)
+    host = torch.cat([lazy, torch.get_rng_state()])  # what the lazy runtime saves
+    assert list(rng.state_words(host)) == list(rng.state_words(lazy))
     for bad in (torch.zeros(8, dtype=torch.uint8), torch.zeros(32, dtype=torch.int8)):
         with pytest.raises(ValueError, match="not an xla RNG state"):
             rng.state_words(bad)
@@ -183,3 +211,16 @@ def test_checkpointed_hugging_face_model_with_dropout_compiles_and_trains_alike(
     plain = losses(False)
     assert losses(True) == plain
     assert _counts()[:2] == before[:2]
+
+
+def test_functional_normal_draws_on_the_device():
+    """``normal_functional`` (what AOTAutograd writes for ``normal_``) is a device draw when a
+    graph runs lazily too, not a CPU fallback: the same numbers after the same seed."""
+    x = torch.zeros(1000).to(DEV)
+    fallbacks = _count("aten::normal_functional")
+    torch.manual_seed(5)
+    a = torch.ops.aten.normal_functional.default(x, 1.0, 2.0).cpu()
+    torch.manual_seed(5)
+    b = torch.ops.aten.normal_functional.default(x, 1.0, 2.0).cpu()
+    assert _count("aten::normal_functional") == fallbacks
+    assert torch.equal(a, b) and abs(a.mean() - 1.0) < 0.2 and abs(a.std() - 2.0) < 0.2

@@ -82,5 +82,14 @@ def _like(kind: str, args: tuple, kwargs: dict) -> LazyTensor:
     return random_tensor(kind, tuple(t.shape), dtype, (), {})
 
 
+@special(aten.normal_functional.default)
+def _normal_functional(args: tuple, kwargs: dict) -> LazyTensor:
+    t = args[0]
+    mean = args[1] if len(args) > 1 else kwargs.get("mean", 0.0)
+    std = args[2] if len(args) > 2 else kwargs.get("std", 1.0)
+    gen = {"generator": kwargs.get("generator")}
+    return random_tensor("normal_", tuple(t.shape), t.dtype, (mean, std), gen)
+
+
 special(aten.rand_like.default)(partial(_like, "uniform_"))
 special(aten.randn_like.default)(partial(_like, "normal_"))

@@ -161,9 +161,11 @@ def install_device_module() -> Callable[[], None] | None:
 
 
 # The RNG states torch's RNG-state operators save for a checkpointed region's recomputation
-# (CPU byte tensors, as torch's): ``get_state``'s four 64-bit words where the region ran
-# lazily, three (``compiled_state``) where a compiled program drew: its call's key and the
-# draw's number. Either says which key and index the draw used (``state_words``).
+# (CPU byte tensors, as torch's): where the region ran lazily, ``get_state``'s four 64-bit
+# words followed by the CPU generator's state (a draw the lazy runtime makes on the host:
+# ``randint``, a CPU fallback); where a compiled program drew, three words
+# (``compiled_state``): its call's key and the draw's number. Either says which key and index
+# the draw used (``state_words``).
 _LAZY_STATE_BYTES, _COMPILED_STATE_BYTES = 32, 24
 
 
@@ -179,25 +181,28 @@ def state_words(state: torch.Tensor) -> np.ndarray:
     and its number ``index`` (``lowering.random.lower_random``)."""
     data = state.detach().cpu()
     n = data.numel()
-    if data.dtype != torch.uint8 or n not in (_LAZY_STATE_BYTES, _COMPILED_STATE_BYTES):
+    if data.dtype != torch.uint8 or (n != _COMPILED_STATE_BYTES and n < _LAZY_STATE_BYTES):
         raise ValueError(
             f"not an xla RNG state: a {data.dtype} tensor of {n} elements "
-            f"(want {_LAZY_STATE_BYTES} or {_COMPILED_STATE_BYTES} bytes)"
+            f"(want {_COMPILED_STATE_BYTES} bytes, or at least {_LAZY_STATE_BYTES})"
         )
-    words = [int(w) for w in data.numpy().view(np.uint64)]
     if n == _COMPILED_STATE_BYTES:
-        return np.array([*words, 1], dtype=np.uint32)
-    _, seed, epoch, index = words
+        return np.array([*data.numpy().view(np.uint64), 1], dtype=np.uint32)
+    _, seed, epoch, index = data[:_LAZY_STATE_BYTES].numpy().view(np.uint64)
     return np.array([seed, epoch, index, 0], dtype=np.uint32)
 
 
-def _run_and_save_rng_state(op: Any, *args: Any, **kwargs: Any) -> tuple:
-    return get_state(), op(*args, **kwargs)
+def run_and_save_rng_state(op: Any, *args: Any, **kwargs: Any) -> tuple:
+    """Torch's ``run_and_save_rng_state`` on the lazy device: the state (the device stream's
+    position and the CPU generator's), and the draw ``op`` makes."""
+    state = torch.cat([get_state(), torch.get_rng_state()])
+    return state, op(*args, **kwargs)
 
 
-def _run_with_rng_state(state: torch.Tensor, op: Any, *args: Any, **kwargs: Any) -> Any:
-    """Run the draw ``op`` with the key and index ``state`` saved (either kind of state), then
-    put the device stream back exactly as it was."""
+def run_with_rng_state(state: torch.Tensor, op: Any, *args: Any, **kwargs: Any) -> Any:
+    """Torch's ``run_with_rng_state`` on the lazy device: the draw ``op`` with the key and
+    index ``state`` saved (either kind of state), then the device stream and the CPU generator
+    put back exactly as they were."""
     k0, k1, index, compiled = (int(w) for w in state_words(state))
     key = np.array([k0, k1], dtype=np.uint32)
     if compiled:
@@ -206,11 +211,16 @@ def _run_with_rng_state(state: torch.Tensor, op: Any, *args: Any, **kwargs: Any)
         key = np.asarray(jax.random.fold_in(key, COMPILED_STREAM), dtype=np.uint32)
     _check_seed()
     saved = (STATE.rng_leaf, STATE.rng_index)
+    host = torch.get_rng_state() if state.numel() > _LAZY_STATE_BYTES else None
     STATE.rng_leaf, STATE.rng_index = rng_node(key), index
+    if host is not None:
+        torch.set_rng_state(state.detach().cpu()[_LAZY_STATE_BYTES:].clone())
     try:
         return op(*args, **kwargs)
     finally:
         STATE.rng_leaf, STATE.rng_index = saved
+        if host is not None:
+            torch.set_rng_state(host)
 
 
 def install_rng_hops() -> Callable[[], None]:
@@ -218,13 +228,13 @@ def install_rng_hops() -> Callable[[], None]:
     ``run_with_rng_state``: what AOTAutograd writes for a checkpointed region that draws, so
     that its recomputation draws the same numbers) save and restore the device stream; the
     undo. Torch has them for CPU and CUDA only."""
-    from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+    from torch._prims import rng_prims as hops
 
     from .tensor import LazyTensor, PlainLazyTensor
 
     added = []
-    for hop, fn in ((run_and_save_rng_state, _run_and_save_rng_state),
-                    (run_with_rng_state, _run_with_rng_state)):  # fmt: skip
+    for hop, fn in ((hops.run_and_save_rng_state, run_and_save_rng_state),
+                    (hops.run_with_rng_state, run_with_rng_state)):  # fmt: skip
         for cls in (LazyTensor, PlainLazyTensor):
             if cls not in hop.python_key_table:
                 hop.py_impl(cls)(fn)

@@ -20,13 +20,14 @@ import jax
 import jax.numpy as jnp
 import torch
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
-from torch.fx import Node
+from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_aggregate
 
+from .. import rng
 from ..lowering import lower_random
 from ..rng import COMPILED_STREAM
 
-aten = torch.ops.aten
+aten, prims = torch.ops.aten, torch.ops.prims
 
 # each op: the lazy runtime's kind of draw, and its parameters from the node's arguments
 RANDOM: dict[Any, tuple[str, Callable[..., tuple]]] = {
@@ -38,6 +39,9 @@ RANDOM: dict[Any, tuple[str, Callable[..., tuple]]] = {
     aten.bernoulli.default: ("bernoulli_tensor", lambda x, **kw: (x,)),
     aten.uniform.default: ("uniform_", lambda x, lo=0.0, hi=1.0, **kw: (lo, hi)),
     aten.exponential.default: ("exponential_", lambda x, lambd=1.0, **kw: (lambd,)),
+    aten.normal_functional.default: ("normal_", lambda x, mean=0.0, std=1.0, **kw: (mean, std)),
+    prims.uniform.default: ("uniform_", lambda shape, *, low, high, **kw: (low, high)),
+    prims.normal.default: ("normal_", lambda shape, *, mean, std, **kw: (mean, std)),
 }
 SAVES, REPLAYS = run_and_save_rng_state, run_with_rng_state
 
@@ -88,7 +92,10 @@ def drawn(n: Node, concrete: Callable[[Any], int]) -> tuple[Any, tuple]:
             return torch.empty([concrete(s) for s in v.shape], dtype=v.dtype, device="meta")
         return concrete(v) if isinstance(v, torch.SymInt) else v
 
-    out = op(*map_aggregate(args, meta), **{**n.kwargs, "device": "meta"})
+    kwargs = dict(n.kwargs)
+    if any(a.name == "device" for a in op._schema.arguments):  # a factory (``rand``)
+        kwargs["device"] = "meta"
+    out = op(*map_aggregate(args, meta), **kwargs)
     return op, (tuple(out.shape), out.dtype)
 
 
@@ -125,3 +132,17 @@ def replaying(n: Node, concrete: Callable[[Any], int]) -> Callable[..., Any]:
         return lower_random(key, kind=kind, index=words[2], shape=out[0], dtype=out[1], params=ps)
 
     return lowered
+
+
+def lazy_graph(gm: GraphModule) -> GraphModule:
+    """``gm`` to run op by op on lazy tensors: a copy calling the lazy runtime's own RNG-state
+    operators (``rng.run_and_save_rng_state``...) where it has torch's, whose dispatch of a
+    draw with no tensor argument (``rand(..., device=xla)``) knows only torch's devices."""
+    ours = {SAVES: rng.run_and_save_rng_state, REPLAYS: rng.run_with_rng_state}
+    if not any(n.target in ours for n in gm.graph.nodes):
+        return gm
+    graph = Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    for n in graph.nodes:
+        n.target = ours.get(n.target, n.target)
+    return GraphModule(gm, graph)

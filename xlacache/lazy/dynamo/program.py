@@ -46,7 +46,7 @@ from ..record import assign
 from ..rng import compiled_key, compiled_state, state_words
 from ..state import STATE
 from ..tensor import LOCK, LazyTensor, new_lazy
-from . import lower, sizes, strided
+from . import draws, lower, sizes, strided
 
 FORMAT = 3  # versions the graph key below (2: float32 precision settings; 3: whole steps)
 _MAX_REASONS = 100
@@ -122,7 +122,7 @@ class LazyGraph:
 
     def __init__(self, gm: GraphModule, reason: str, warn: bool = False) -> None:
         self.gm = gm
-        self._run = strided.lazy_runner(gm)
+        self._run = strided.lazy_runner(draws.lazy_graph(gm))
         self._boxed_call = True  # an instance attribute: Dynamo's wrappers copy it (wraps)
         note_fallback(reason, warn)
 
