@@ -224,3 +224,27 @@ def test_functional_normal_draws_on_the_device():
     b = torch.ops.aten.normal_functional.default(x, 1.0, 2.0).cpu()
     assert _count("aten::normal_functional") == fallbacks
     assert torch.equal(a, b) and abs(a.mean() - 1.0) < 0.2 and abs(a.std() - 2.0) < 0.2
+
+
+def test_host_draws_compile_and_draw_what_eager_draws():
+    """``randint`` and ``randperm`` (a diffusion step's timesteps, a shuffle), which the lazy
+    runtime draws on the CPU generator, are drawn there at each call of the program: the
+    numbers eager CPU draws after the same seed, new ones every call, nothing run lazily."""
+
+    def step(x: torch.Tensor) -> tuple:
+        t = torch.randint(0, 1000, (x.shape[0],), device=x.device)
+        order = torch.randperm(x.shape[0], device=x.device)
+        return x[order] * t[:, None], t, order
+
+    f = torch.compile(step, backend="xlacache")
+    x = torch.arange(32.0).reshape(8, 4)
+    torch.manual_seed(0)
+    want = step(x)
+    before = _counts()
+    torch.manual_seed(0)
+    got = [t.cpu() for t in f(x.to(DEV))]
+    again = [t.cpu() for t in f(x.to(DEV))]
+    assert all(torch.equal(a, b) for a, b in zip(want, got, strict=True))
+    assert not torch.equal(got[1], again[1])
+    now = _counts()
+    assert (now[1] - before[1], now[2] - before[2]) == (0, 2)

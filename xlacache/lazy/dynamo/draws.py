@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import torch
 from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
 from torch.fx import Graph, GraphModule, Node
@@ -44,6 +45,21 @@ RANDOM: dict[Any, tuple[str, Callable[..., tuple]]] = {
     prims.normal.default: ("normal_", lambda shape, *, mean, std, **kw: (mean, std)),
 }
 SAVES, REPLAYS = run_and_save_rng_state, run_with_rng_state
+# draws the lazy runtime makes on the host, from the CPU generator (``factories.py``): in a
+# compiled graph, made on the host at each call and given to the program as inputs
+HOST = {aten.randint.default, aten.randint.low, aten.randperm.default}
+
+
+def host_drawable(n: Node) -> bool:
+    """Can ``n`` be drawn on the host before its program runs (sizes and bounds fixed)?"""
+    nodes: list[Node] = []
+    map_aggregate((n.args, n.kwargs), lambda a: nodes.append(a) if isinstance(a, Node) else a)
+    return not nodes and n.kwargs.get("generator") is None
+
+
+def draw_on_host(n: Node) -> np.ndarray:
+    """The host draw ``n`` made now, as the lazy runtime makes it: on the CPU generator."""
+    return n.target(*n.args, **{**n.kwargs, "device": "cpu", "pin_memory": False}).numpy()
 
 
 def draws_with_key(n: Node) -> bool:

@@ -145,6 +145,7 @@ class Plan:
     symbolic: bool = False
     random: bool = False  # draws random numbers: the program takes a key (``rng.compiled_key``)
     rng_inputs: list[int] = field(default_factory=list)  # saved RNG states, as words (packed)
+    host_draws: list[Node] = field(default_factory=list)  # drawn on the host per call (packed)
 
     @property
     def device_inputs(self) -> list[int]:
@@ -183,6 +184,7 @@ def plan(gm: GraphModule) -> Plan:
             return p
     p.reason = _unlowerable(gm, nodes)
     p.random = any(draws.draws_with_key(n) for n in nodes)
+    p.host_draws = [n for n in nodes if n.op == "call_function" and n.target in draws.HOST]
     if p.reason is None:
         p.reason = _results(p, nodes)
     if p.reason is None:
@@ -204,6 +206,10 @@ def _unlowerable(gm: GraphModule, nodes: list[Node]) -> str | None:
                 reason = draws.unlowerable(n)
                 if reason is not None:
                     return reason
+                continue
+            if t in draws.HOST:
+                if not draws.host_drawable(n):
+                    return f"{t} with sizes or a generator of its own"
                 continue
             if t is _MUTATION:
                 if n.args[0].op != "placeholder" or n.users:
@@ -378,7 +384,7 @@ def build(
     steps = []
     sites = draws.sites(nodes)
     for n in nodes:
-        if n.op != "call_function" or n.target is _MUTATION:
+        if n.op != "call_function" or n.target is _MUTATION or n.target in draws.HOST:
             continue
         t = n.target
         fn = strided.lowering(n, lambda s: concrete(s, bind))
@@ -408,9 +414,12 @@ def build(
         if p.random:  # the call's key comes last, after the saved RNG states
             key = jax.random.fold_in(packed[-1], COMPILED_STREAM)
             packed = packed[:-1]
+        extra = len(p.host_draws) + len(p.rng_inputs)  # after the CPU scalars, in this order
+        for n, value in zip(p.host_draws, packed[len(packed) - extra :], strict=False):
+            env[n] = value
         for i, words in zip(p.rng_inputs, packed[len(packed) - len(p.rng_inputs) :], strict=True):
             env[p.placeholders[i]] = words
-        packed = packed[: len(packed) - len(p.rng_inputs)]
+        packed = packed[: len(packed) - extra]
         for (_, members), values in zip(p.groups, packed, strict=True):
             for j, i in enumerate(members):
                 env[p.placeholders[i]] = values[j]
