@@ -248,3 +248,21 @@ def test_host_draws_compile_and_draw_what_eager_draws():
     assert not torch.equal(got[1], again[1])
     now = _counts()
     assert (now[1] - before[1], now[2] - before[2]) == (0, 2)
+
+
+def test_host_draws_sized_by_a_dynamic_size_compile():
+    """With the batch size dynamic (an int input of the graph), the host draw takes its size
+    from that input at each call."""
+
+    def step(x: torch.Tensor) -> torch.Tensor:
+        return torch.randint(0, 1000, (x.shape[0],), device=x.device)
+
+    f = torch.compile(step, backend="xlacache")
+    before = _counts()
+    for batch in (8, 6, 5):  # the second size makes it dynamic
+        torch.manual_seed(batch)
+        want = step(torch.ones(batch, 4))
+        torch.manual_seed(batch)
+        assert torch.equal(f(torch.ones(batch, 4).to(DEV)).cpu(), want)
+    now = _counts()
+    assert (now[1] - before[1], now[2] - before[2]) == (0, 3)

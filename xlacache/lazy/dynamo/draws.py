@@ -50,16 +50,21 @@ SAVES, REPLAYS = run_and_save_rng_state, run_with_rng_state
 HOST = {aten.randint.default, aten.randint.low, aten.randperm.default}
 
 
-def host_drawable(n: Node) -> bool:
-    """Can ``n`` be drawn on the host before its program runs (sizes and bounds fixed)?"""
+def host_drawable(n: Node, ints: set[Node]) -> bool:
+    """Can ``n`` be drawn on the host before its program runs: its sizes and bounds are
+    constants or the int inputs ``ints``, and it has no generator of its own?"""
     nodes: list[Node] = []
     map_aggregate((n.args, n.kwargs), lambda a: nodes.append(a) if isinstance(a, Node) else a)
-    return not nodes and n.kwargs.get("generator") is None
+    return set(nodes) <= ints and n.kwargs.get("generator") is None
 
 
-def draw_on_host(n: Node) -> np.ndarray:
-    """The host draw ``n`` made now, as the lazy runtime makes it: on the CPU generator."""
-    return n.target(*n.args, **{**n.kwargs, "device": "cpu", "pin_memory": False}).numpy()
+def draw_on_host(n: Node, ints: dict[Node, int]) -> np.ndarray:
+    """The host draw ``n`` made now, as the lazy runtime makes it: on the CPU generator (its
+    int inputs' values ``ints``)."""
+    args, kwargs = map_aggregate(
+        (n.args, n.kwargs), lambda a: ints[a] if isinstance(a, Node) else a
+    )
+    return n.target(*args, **{**kwargs, "device": "cpu", "pin_memory": False}).numpy()
 
 
 def draws_with_key(n: Node) -> bool:

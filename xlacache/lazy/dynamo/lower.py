@@ -182,7 +182,7 @@ def plan(gm: GraphModule) -> Plan:
         p.symbolic = p.symbolic or isinstance(v, torch.SymInt)
         if p.reason:
             return p
-    p.reason = _unlowerable(gm, nodes)
+    p.reason = _unlowerable(gm, nodes, {phs[i] for i in p.int_inputs})
     p.random = any(draws.draws_with_key(n) for n in nodes)
     p.host_draws = [n for n in nodes if n.op == "call_function" and n.target in draws.HOST]
     if p.reason is None:
@@ -192,7 +192,7 @@ def plan(gm: GraphModule) -> Plan:
     return p
 
 
-def _unlowerable(gm: GraphModule, nodes: list[Node]) -> str | None:
+def _unlowerable(gm: GraphModule, nodes: list[Node], ints: set[Node]) -> str | None:
     for n in nodes:
         if n.op == "get_attr":
             c = getattr(gm, n.target, None)
@@ -208,8 +208,8 @@ def _unlowerable(gm: GraphModule, nodes: list[Node]) -> str | None:
                     return reason
                 continue
             if t in draws.HOST:
-                if not draws.host_drawable(n):
-                    return f"{t} with sizes or a generator of its own"
+                if not draws.host_drawable(n, ints):
+                    return f"{t} with sizes that are not inputs, or a generator of its own"
                 continue
             if t is _MUTATION:
                 if n.args[0].op != "placeholder" or n.users:

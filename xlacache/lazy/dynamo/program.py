@@ -261,7 +261,9 @@ class CompiledGraph:
             except Exception as e:
                 bad = next((i for i in members if not _host_scalar(args[i])), members[0])
                 raise _mixed(bad, args[bad], "a 0-d CPU tensor") from e
-        out += [draws.draw_on_host(n) for n in self.plan.host_draws]  # (``draws.HOST``)
+        if self.plan.host_draws:  # (``draws.HOST``)
+            ints = {self.plan.placeholders[i]: int(args[i]) for i in self.ints}
+            out += [draws.draw_on_host(n, ints) for n in self.plan.host_draws]
         for i in self.plan.rng_inputs:  # saved RNG states (``draws.py``)
             try:
                 out.append(state_words(args[i]))
