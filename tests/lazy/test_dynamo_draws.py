@@ -266,3 +266,24 @@ def test_host_draws_sized_by_a_dynamic_size_compile():
         assert torch.equal(f(torch.ones(batch, 4).to(DEV)).cpu(), want)
     now = _counts()
     assert (now[1] - before[1], now[2] - before[2]) == (0, 3)
+
+
+def test_reparameterized_sample_compiles_with_its_gradient():
+    """A VAE's ``Normal(mu, sigma).rsample()``: AOTAutograd writes ``empty`` then
+    ``normal_functional``; both lower (``empty`` as the lazy runtime's zeros), and the
+    gradient is the reparameterization's, ``x * (1 + eps)``."""
+    w = torch.ones(3, 100).to(DEV).requires_grad_()
+
+    def sample(x: torch.Tensor) -> torch.Tensor:
+        return torch.distributions.Normal(x * w, x * w + 0.5).rsample()
+
+    f = torch.compile(sample, backend="xlacache")
+    x = torch.arange(1.0, 301.0).reshape(3, 100)
+    before = _counts()
+    y = f(x.to(DEV))
+    y.sum().backward()
+    now = _counts()
+    assert (now[1] - before[1], now[2] - before[2]) == (0, 2)
+    eps = (y.detach().cpu() - x) / (x + 0.5)
+    assert 0.8 < eps.std() < 1.2
+    torch.testing.assert_close(w.grad.cpu(), x * (1 + eps), rtol=1e-5, atol=1e-4)

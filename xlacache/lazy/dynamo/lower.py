@@ -58,6 +58,9 @@ _IDENTITY = {aten.detach.default, aten.alias.default, aten.lift_fresh.default}
 # result is cast and broadcast to the node's dtype and shape like every lowering's
 _LOCAL: dict[Any, Callable[..., Any]] = {
     aten.copy.default: lambda dst, src, non_blocking=False: src,
+    # the lazy runtime's allocating factories (``factories.py``): zeros of the node's shape
+    aten.empty.memory_format: lambda *args, **kwargs: 0,
+    aten.empty_strided.default: lambda *args, **kwargs: 0,
 }
 _MUTATION = aten.copy_.default
 
