@@ -11,20 +11,10 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 import xlacache.lazy as xl
-from xlacache.lazy import metrics, rng
+from tests.lazy.test_dynamo import _count, _fresh_dynamo  # noqa: F401 - its fixture too
+from xlacache.lazy import rng
 
 DEV = xl.device()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-def _count(name: str) -> int:
-    return metrics.counter_value(name) or 0
 
 
 def _counts() -> tuple[int, int, int]:
