@@ -277,3 +277,18 @@ def test_reparameterized_sample_compiles_with_its_gradient():
     eps = (y.detach().cpu() - x) / (x + 0.5)
     assert 0.8 < eps.std() < 1.2
     torch.testing.assert_close(w.grad.cpu(), x * (1 + eps), rtol=1e-5, atol=1e-4)
+
+
+def test_a_host_draw_numpy_cannot_hold_runs_lazily():
+    """A ``bfloat16`` host draw has no numpy array to give the program: its graph runs lazily
+    (with the reason) instead of failing."""
+    f = torch.compile(
+        lambda x: x + torch.randint(0, 5, (3,), dtype=torch.bfloat16, device=x.device),
+        backend="xlacache",
+    )
+    before = _counts()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        y = f(torch.zeros(3, dtype=torch.bfloat16).to(DEV)).cpu()
+    assert y.dtype == torch.bfloat16 and bool(((y >= 0) & (y < 5)).all())
+    assert _counts()[1] - before[1] == 1

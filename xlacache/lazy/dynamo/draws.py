@@ -55,7 +55,12 @@ def host_drawable(n: Node, ints: set[Node]) -> bool:
     constants or the int inputs ``ints``, and it has no generator of its own?"""
     nodes: list[Node] = []
     map_aggregate((n.args, n.kwargs), lambda a: nodes.append(a) if isinstance(a, Node) else a)
-    return set(nodes) <= ints and n.kwargs.get("generator") is None
+    val = n.meta.get("val")
+    numpy_dtype = isinstance(val, torch.Tensor) and val.dtype not in _NOT_NUMPY
+    return numpy_dtype and set(nodes) <= ints and n.kwargs.get("generator") is None
+
+
+_NOT_NUMPY = {torch.bfloat16, torch.complex32}  # no numpy array for these: the graph runs lazily
 
 
 def draw_on_host(n: Node, ints: dict[Node, int]) -> np.ndarray:

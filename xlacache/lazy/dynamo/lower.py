@@ -212,7 +212,7 @@ def _unlowerable(gm: GraphModule, nodes: list[Node], ints: set[Node]) -> str | N
                 continue
             if t in draws.HOST:
                 if not draws.host_drawable(n, ints):
-                    return f"{t} with sizes that are not inputs, or a generator of its own"
+                    return f"{t}: a size not an input, a generator, or a dtype numpy lacks"
                 continue
             if t is _MUTATION:
                 if n.args[0].op != "placeholder" or n.users:
