@@ -48,6 +48,14 @@ def next_key() -> tuple[Node, int]:
 COMPILED_STREAM = 0x636F6D70  # folded into a compiled call's key: apart from the lazy draws
 
 
+def compiled_stream(key: Any) -> Any:
+    """The key a compiled call's draws derive from its key ``(seed, call)``: in its program
+    (a traced value) or on the host (a numpy array), the same fold."""
+    import jax
+
+    return jax.random.fold_in(key, COMPILED_STREAM)
+
+
 def compiled_key() -> np.ndarray:
     """The key of one call of a compiled graph that draws random numbers: ``(seed, call)``,
     a new one per call, restarted by ``torch.manual_seed`` as the lazy stream is (the graph
@@ -206,9 +214,7 @@ def run_with_rng_state(state: torch.Tensor, op: Any, *args: Any, **kwargs: Any) 
     k0, k1, index, compiled = (int(w) for w in state_words(state))
     key = np.array([k0, k1], dtype=np.uint32)
     if compiled:
-        import jax  # the lowering's own fold (lower.build), here on the host
-
-        key = np.asarray(jax.random.fold_in(key, COMPILED_STREAM), dtype=np.uint32)
+        key = np.asarray(compiled_stream(key), dtype=np.uint32)
     _check_seed()
     saved = (STATE.rng_leaf, STATE.rng_index)
     host = torch.get_rng_state() if state.numel() > _LAZY_STATE_BYTES else None

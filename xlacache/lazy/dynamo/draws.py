@@ -16,7 +16,6 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -26,7 +25,6 @@ from torch.fx.node import map_aggregate
 
 from .. import rng
 from ..lowering import lower_random
-from ..rng import COMPILED_STREAM
 
 aten, prims = torch.ops.aten, torch.ops.prims
 
@@ -125,37 +123,32 @@ def drawn(n: Node, concrete: Callable[[Any], int]) -> tuple[Any, tuple]:
     return op, (tuple(out.shape), out.dtype)
 
 
+def _draw(op: Any, out: tuple, key: Any, index: Any, args: tuple, kwargs: dict) -> Any:
+    kind, params = RANDOM[op]
+    ps = params(*args, **kwargs)  # (``generator``: None, the plan checked)
+    return lower_random(key, kind=kind, index=index, shape=out[0], dtype=out[1], params=ps)
+
+
 def draw(op: Any, index: int, out: tuple) -> Callable[..., Any]:
     """The lowering of the ``index``-th random draw of a graph, whose result is ``out``:
-    ``lowered(key, *args)``, ``key`` the call's (folded with ``COMPILED_STREAM``)."""
-    kind, params = RANDOM[op]
-
-    def lowered(key: Any, *args: Any, **kwargs: Any) -> Any:  # ``generator``: None (plan)
-        return lower_random(
-            key, kind=kind, index=index, shape=out[0], dtype=out[1], params=params(*args, **kwargs)
-        )
-
-    return lowered
+    ``lowered(key, *args)``, ``key`` the call's (``rng.compiled_stream``)."""
+    return lambda key, *args, **kwargs: _draw(op, out, key, index, args, kwargs)
 
 
 def saving(n: Node, index: int, concrete: Callable[[Any], int]) -> Callable[..., Any]:
     """``run_and_save_rng_state(op, ...)`` as draw ``index``: its state comes from the host."""
     op, out = drawn(n, concrete)
-    plain = draw(op, index, out)
-    return lambda key, _op, *args, **kwargs: (None, plain(key, *args, **kwargs))
+    return lambda key, _op, *args, **kwargs: (None, _draw(op, out, key, index, args, kwargs))
 
 
 def replaying(n: Node, concrete: Callable[[Any], int]) -> Callable[..., Any]:
     """``run_with_rng_state(state, op, ...)``: the draw with the key and number the state's
     words give (``rng.state_words``), the call's own key unused."""
     op, out = drawn(n, concrete)
-    kind, params = RANDOM[op]
 
     def lowered(_key: Any, words: Any, _op: Any, *args: Any, **kwargs: Any) -> Any:
-        key = words[:2]
-        key = jnp.where(words[3] != 0, jax.random.fold_in(key, COMPILED_STREAM), key)
-        ps = params(*args, **kwargs)
-        return lower_random(key, kind=kind, index=words[2], shape=out[0], dtype=out[1], params=ps)
+        key = jnp.where(words[3] != 0, rng.compiled_stream(words[:2]), words[:2])
+        return _draw(op, out, key, words[2], args, kwargs)
 
     return lowered
 

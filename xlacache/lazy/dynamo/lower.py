@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
@@ -41,8 +40,9 @@ from ..lowering import LOWERINGS, jax_dtype, precision
 from ..lowering.elementwise import register_fma
 from ..lowering.indexing import histc_lowered
 from ..record import WIDE_DTYPES, op_info
+from ..rng import compiled_stream
 from . import draws, strided
-from .draws import COMPILED_STREAM, RANDOM, REPLAYS, SAVES
+from .draws import RANDOM, REPLAYS, SAVES
 from .sizes import SIZE_OPS as _SIZES
 from .sizes import aval, concrete, symbol_values
 
@@ -415,7 +415,7 @@ def build(
         packed = arrays[len(dev) :]
         key = None
         if p.random:  # the call's key comes last, after the saved RNG states
-            key = jax.random.fold_in(packed[-1], COMPILED_STREAM)
+            key = compiled_stream(packed[-1])
             packed = packed[:-1]
         extra = len(p.host_draws) + len(p.rng_inputs)  # after the CPU scalars, in this order
         for n, value in zip(p.host_draws, packed[len(packed) - extra :], strict=False):
