@@ -27,13 +27,14 @@ from jax import lax
 from xlacache import executables
 from xlacache.lazy_settings import lazy_setting
 
-from . import closures, metrics, rng
+from . import closures, device_checks, metrics, rng
 from .distributed.agreement import agree
 from .distributed.program import process_program
 from .executable_cache import Executable, ExecutableCache, map_limit
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
+from .lowering.checks import CHECKED_OPS, any_flag, collecting
 from .record import record, value
 from .spmd import placement as spmd
 from .state import STATE
@@ -64,9 +65,10 @@ def _fill(t: Any, ins: list[Any]) -> Any:
     return t
 
 
-def _build(order: list[Node], outs: list[tuple[Node, int]]) -> Callable:
+def _build(order: list[Node], outs: list[tuple[Node, int]], checked: bool = False) -> Callable:
     """A JAX function ``f(*arrays, scalars)`` computing ``outs`` from the graph's leaves
-    (``order`` from ``toposort``, whose positions the nodes hold)."""
+    (``order`` from ``toposort``, whose positions the nodes hold); ``checked``: and, last,
+    whether an index was out of range (``lowering.checks``)."""
     leaf_arg: dict[int, tuple[str, int]] = {}
     steps: list[tuple[int, _Step | None]] = []
     n_arr = n_sc = 0
@@ -90,6 +92,13 @@ def _build(order: list[Node], outs: list[tuple[Node, int]]) -> Callable:
     out_pos = [(n.pos, k) for n, k in outs]
 
     def fn(*args: Any) -> list[Any]:
+        if not checked:
+            return run(*args)
+        with collecting() as flags:
+            out = run(*args)
+        return [*out, any_flag(flags)]
+
+    def run(*args: Any) -> list[Any]:
         arrays, scalars = args[:-1], args[-1]
         env: list[Any] = [None] * len(order)
         for i, (kind, j) in leaf_arg.items():
@@ -173,6 +182,7 @@ def to_cpu(t: LazyTensor) -> torch.Tensor:
     """Run the graph ``t`` needs, then copy its value to CPU (``TransferFromDevice``). A value
     sharded across processes is gathered first (a program every process runs)."""
     materialize([t])
+    device_checks.raise_if_set()
     leaf = value(t)[0]
     data = leaf.data
     if not data.is_fully_addressable and not data.is_fully_replicated:
@@ -197,6 +207,8 @@ def sync(wait: bool = False) -> None:
     closures.run()
     if wait:
         wait_device_ops()
+    else:
+        device_checks.raise_if_set(wait=False)
 
 
 def wait_device_ops() -> None:
@@ -205,6 +217,7 @@ def wait_device_ops() -> None:
         n = t._v[0]
         if n.op == DATA:
             n.data.block_until_ready()
+    device_checks.raise_if_set()
 
 
 def _run(targets: list[LazyTensor], donate: bool, what: str) -> None:
@@ -271,6 +284,9 @@ def _run(targets: list[LazyTensor], donate: bool, what: str) -> None:
         with x64():
             results = exe.compiled(*arrays, sc)
         metrics.metric_add("ExecuteTime", time.perf_counter_ns() - t0)
+        if exe.checked:
+            device_checks.note(results[-1])
+            results = results[:-1]
         metrics.counter_inc("ExecuteComputation")
         new_nodes = [data_node(r, n.avals[k][1]) for r, (n, k) in zip(results, outs, strict=True)]
         for t in everyone:
@@ -318,8 +334,10 @@ def _compile(
     n_ops = sum(1 for n in order if n.op not in (DATA, RNG, SCALAR))
     metrics.metric_add("GraphOps", n_ops)
     out_dtypes = tuple(n.avals[k][1] for n, k in outs)
-    signature = _signature(arrays, scalars, outs, donated)
     procs, devices, across = _where(order, arrays)
+    # a program over other processes' devices is not checked (its outputs are laid out for them)
+    checked = not across and any(n.func in CHECKED_OPS for n in order)
+    signature = _signature(arrays, scalars, outs, donated, checked)
     if procs is not None:
         global_avals = procs.avals(arrays, scalars, [n.avals[k][0] for n, k in outs])
         signature = procs.signature(signature)
@@ -337,7 +355,7 @@ def _compile(
             metrics.counter_inc("PersistentCacheHit")
             metrics.counter_inc("PersistentCacheAliasHit")
             program = program if procs is None else procs.wrap(program)
-            return Executable(program, n_ops, out_dtypes, across)
+            return Executable(program, n_ops, out_dtypes, across, checked)
     # tracing a graph of thousands of nodes allocates hundreds of thousands of short-lived jax
     # objects; with the collector on, they trigger full collections (a fifth of the lowering
     # time). They are freed by reference counting; any cycles are collected after.
@@ -345,7 +363,7 @@ def _compile(
     gc.disable()
     try:
         t0 = time.perf_counter_ns()
-        fn = _build(order, outs)
+        fn = _build(order, outs, checked)
         # keep_unused: every graph input is a parameter, as the signature says
         if procs is None:
             jitted = jax.jit(fn, donate_argnums=donated, keep_unused=True)
@@ -373,13 +391,16 @@ def _compile(
         metrics.counter_inc("UncachedCompile")
     if alias is not None:
         executables.store(alias, compiled_here, signature, compiled)
-    return Executable(
-        compiled if procs is None else procs.wrap(compiled), n_ops, out_dtypes, across
-    )
+    program = compiled if procs is None else procs.wrap(compiled)
+    return Executable(program, n_ops, out_dtypes, across, checked)
 
 
 def _signature(
-    arrays: list[Any], scalars: np.ndarray, outs: list[tuple[Node, int]], donated: tuple
+    arrays: list[Any],
+    scalars: np.ndarray,
+    outs: list[tuple[Node, int]],
+    donated: tuple,
+    checked: bool = False,
 ) -> dict[str, list]:
     """What the graph's executable takes and returns (checked when it is loaded by alias)."""
     inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in arrays]
@@ -388,6 +409,8 @@ def _signature(
     for n, k in outs:
         shape, dtype = n.avals[k]
         outputs.append([list(shape), np.dtype(jax_dtype(dtype)).name])
+    if checked:
+        outputs.append([[], "bool"])
     return {"inputs": inputs, "outputs": outputs, "donated": list(donated)}
 
 

@@ -37,6 +37,7 @@ from torch.fx.node import map_aggregate
 from ..executor import conform_result
 from ..foreach import foreach_element
 from ..lowering import LOWERINGS, jax_dtype, precision
+from ..lowering.checks import CHECKED_OPS, any_flag, collecting
 from ..lowering.elementwise import register_fma
 from ..lowering.indexing import histc_lowered
 from ..record import WIDE_DTYPES, op_info
@@ -149,6 +150,7 @@ class Plan:
     random: bool = False  # draws random numbers: the program takes a key (``rng.compiled_key``)
     rng_inputs: list[int] = field(default_factory=list)  # saved RNG states, as words (packed)
     host_draws: list[Node] = field(default_factory=list)  # drawn on the host per call (packed)
+    checked: bool = False  # takes indices: its last result says one was out of range
 
     @property
     def device_inputs(self) -> list[int]:
@@ -188,6 +190,7 @@ def plan(gm: GraphModule) -> Plan:
     p.reason = _unlowerable(gm, nodes, {phs[i] for i in p.int_inputs})
     p.random = any(draws.draws_with_key(n) for n in nodes)
     p.host_draws = [n for n in nodes if n.op == "call_function" and n.target in draws.HOST]
+    p.checked = any(n.op == "call_function" and n.target in CHECKED_OPS for n in nodes)
     if p.reason is None:
         p.reason = _results(p, nodes)
     if p.reason is None:
@@ -411,6 +414,13 @@ def build(
     final += [aval(p.placeholders[i].meta["val"], bind) for i in p.device_updates]
 
     def fn(*arrays: Any) -> list:
+        if not p.checked:
+            return run(*arrays)
+        with collecting() as flags:
+            out = run(*arrays)
+        return [*out, any_flag(flags)]
+
+    def run(*arrays: Any) -> list:
         env: dict[Node, Any] = {p.placeholders[i]: a for i, a in zip(dev, arrays, strict=False)}
         packed = arrays[len(dev) :]
         key = None

@@ -37,7 +37,7 @@ from torch.fx import GraphModule
 
 from xlacache import counters, executables
 
-from .. import metrics, torch_internals
+from .. import device_checks, metrics, torch_internals
 from ..executor import materialize
 from ..graph import DATA, Node, leaf_prefix
 from ..identity import lowering_fingerprint
@@ -222,6 +222,8 @@ class CompiledGraph:
                 results = run(*arrays, *packed)
             metrics.metric_add("CompiledGraphExecuteTime", time.perf_counter_ns() - t0)
             metrics.counter_inc("CompiledGraphExecute")
+            if p.checked:
+                device_checks.note(results[-1])
             key = packed[-1] if p.random else None
             out = self._outputs(args, results, host, prog, key)
             self._update(args, results, host, prog)
@@ -382,6 +384,8 @@ class CompiledGraph:
             [list(arrays[self.dev.index(i)].shape), np.dtype(jax_dtype(d)).name]
             for i, d in zip(p.device_updates, update_dtypes, strict=True)
         ]
+        if p.checked:
+            results.append([[], "bool"])
         inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in (*arrays, *packed)]
         signature = {"inputs": inputs, "outputs": results, "donated": list(self.donated)}
         avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (*arrays, *packed)]

@@ -9,11 +9,19 @@ from typing import Any
 import jax.numpy as jnp
 import torch
 
+from .checks import checked, in_range
 from .registry import highest, lowest, norm_dim, reg, scalar_as_vector
 
 aten = torch.ops.aten
 
-reg(aten.index_select.default)(lambda x, dim, idx: jnp.take(x, idx, axis=norm_dim(dim, x.ndim)))
+
+@reg(aten.index_select.default)
+def _index_select(x: Any, dim: int, idx: Any) -> Any:
+    ax = norm_dim(dim, x.ndim)
+    in_range(idx, x.shape[ax])
+    return jnp.take(x, idx, axis=ax)
+
+
 reg(aten.masked_fill.Scalar, aten.masked_fill.Tensor)(
     lambda x, m, v: jnp.where(m, jnp.asarray(v).astype(x.dtype), x)
 )
@@ -22,6 +30,7 @@ reg(aten.masked_fill.Scalar, aten.masked_fill.Tensor)(
 @reg(aten.gather.default)
 def _gather(x: Any, dim: int, index: Any, sparse_grad: bool = False) -> Any:
     ax = norm_dim(dim, x.ndim)
+    in_range(index, x.shape[ax])
     x = x[tuple(slice(None) if d == ax else slice(0, n) for d, n in enumerate(index.shape))]
     return jnp.take_along_axis(x, index, axis=ax)
 
@@ -40,6 +49,7 @@ def _scatter(x: Any, dim: int, index: Any, src: Any, reduce: Any = None) -> Any:
         src = jnp.broadcast_to(jnp.asarray(src).astype(x.dtype), index.shape)
     if reduce is not None:
         return _scatter_reduce(x, ax, index, src, {"add": "sum", "multiply": "prod"}[reduce])
+    in_range(index, x.shape[ax])
     return x.at[_scatter_idx(index, ax)].set(src.astype(x.dtype))
 
 
@@ -53,6 +63,7 @@ def _scatter_reduce(
     x: Any, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True
 ) -> Any:
     ax = norm_dim(dim, x.ndim)
+    in_range(index, x.shape[ax])
     idx = _scatter_idx(index, ax)
     src = src[tuple(slice(0, n) for n in index.shape)]
     dtype = x.dtype
@@ -83,10 +94,31 @@ def _index_tuple(indices: Any) -> tuple:
     return tuple(slice(None) if i is None else i for i in indices)
 
 
-reg(aten.index.Tensor, aten._unsafe_index.Tensor)(lambda x, indices: x[_index_tuple(indices)])
+def _indices_in_range(x: Any, indices: Any) -> None:
+    """``x[indices]``'s integer indices within their dimensions (negative ones count back)."""
+    d = 0
+    for i in indices:
+        if i is not None and i.dtype != jnp.bool_:
+            in_range(i, x.shape[d], negative=True)
+        d += i.ndim if i is not None and i.dtype == jnp.bool_ else 1
 
 
-@reg(aten.index_put.default, aten._unsafe_index_put.default)
+@reg(aten.index.Tensor)
+def _index(x: Any, indices: Any) -> Any:
+    _indices_in_range(x, indices)
+    return x[_index_tuple(indices)]
+
+
+reg(aten._unsafe_index.Tensor)(lambda x, indices: x[_index_tuple(indices)])
+
+
+@reg(aten.index_put.default)
+def _checked_index_put(x: Any, indices: Any, values: Any, accumulate: bool = False) -> Any:
+    _indices_in_range(x, indices)
+    return _index_put(x, indices, values, accumulate)
+
+
+@reg(aten._unsafe_index_put.default)
 def _index_put(x: Any, indices: Any, values: Any, accumulate: bool = False) -> Any:
     ids = list(indices)
     if len(ids) == 1 and ids[0] is not None and ids[0].dtype == jnp.bool_:
@@ -104,6 +136,7 @@ def _index_put(x: Any, indices: Any, values: Any, accumulate: bool = False) -> A
 def _embedding(
     w: Any, idx: Any, padding_idx: int = -1, scale: bool = False, sparse: bool = False
 ) -> Any:
+    in_range(idx, w.shape[0])
     return jnp.take(w, idx, axis=0)
 
 
@@ -132,6 +165,7 @@ def _index_reduce(
 
 
 def _flat_index(x: Any, index: Any) -> Any:
+    in_range(index, x.size, negative=True)
     return jnp.where(index < 0, index + x.size, index)  # eager wraps negative indices
 
 
@@ -249,4 +283,22 @@ scalar_as_vector(
     aten.scatter_add.default,
     aten.scatter_reduce.two,
     aten.index_reduce.default,
+)
+
+
+checked(
+    aten.index_select.default,
+    aten.gather.default,
+    aten.scatter.src,
+    aten.scatter.value,
+    aten.scatter.reduce,
+    aten.scatter.value_reduce,
+    aten.scatter_add.default,
+    aten.scatter_reduce.two,
+    aten.index_reduce.default,
+    aten.index.Tensor,
+    aten.index_put.default,
+    aten.embedding.default,
+    aten.take.default,
+    aten.put.default,
 )

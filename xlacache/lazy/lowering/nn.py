@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from .checks import checked, in_range
 from .registry import norm_dim, real_sign, reg, reg_opmath, scalar_as_vector, upcast
 
 aten = torch.ops.aten
@@ -160,6 +161,7 @@ def _native_bn(x: Any, w: Any, b: Any, rm: Any, rv: Any, *rest: Any) -> Any:
 def _nll(x: Any, t: Any, w: Any, reduction: int, ignore: int) -> tuple[Any, Any]:
     cdim = 0 if x.ndim == 1 else 1
     tt = jnp.where(t == ignore, 0, t)
+    in_range(tt, x.shape[cdim])  # eager: "Target 6 is out of bounds."
     picked = -jnp.take_along_axis(x, jnp.expand_dims(tt, cdim), axis=cdim).squeeze(cdim)
     wt = jnp.ones(tt.shape, x.dtype) if w is None else w[tt].astype(x.dtype)
     wt = jnp.where(t == ignore, 0, wt)
@@ -173,6 +175,7 @@ def _nll(x: Any, t: Any, w: Any, reduction: int, ignore: int) -> tuple[Any, Any]
 
 
 reg(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)(_nll)
+checked(aten.nll_loss_forward.default, aten.nll_loss2d_forward.default)
 
 
 @reg(aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)

@@ -1,0 +1,163 @@
+"""Indices out of range raise, as in eager, from the programs that took them (lazy and
+compiled), when values come back to the host; indices in range give eager's values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import xlacache.lazy as xl
+from tests.conftest import run_python
+from xlacache.lazy import device_checks, metrics
+from xlacache.lazy.device_checks import DeviceIndexError
+
+DEV = xl.device()
+
+# (name, op on a 6-element float tensor ``x`` and an index tensor ``i``)
+OPS = {
+    "index": lambda x, i: x[i],
+    "index_put": lambda x, i: x.clone().index_put_((i,), torch.ones_like(i, dtype=x.dtype)),
+    "gather": lambda x, i: x.gather(0, i),
+    "scatter": lambda x, i: x.clone().scatter_(0, i, 1.0),
+    "scatter_add": lambda x, i: x.clone().scatter_add_(0, i, torch.ones_like(i, dtype=x.dtype)),
+    "index_select": lambda x, i: x.index_select(0, i),
+    "index_add": lambda x, i: x.clone().index_add_(0, i, torch.ones_like(i, dtype=x.dtype)),
+    "embedding": lambda x, i: F.embedding(i, x.view(6, 1)),
+    "take": lambda x, i: x.take(i),
+    "put": lambda x, i: x.clone().put_(i, torch.ones_like(i, dtype=x.dtype)),
+    "nll_loss": lambda x, i: F.nll_loss(x.view(1, 6).expand(len(i), 6), i),
+    "cross_entropy": lambda x, i: F.cross_entropy(x.view(1, 6).expand(len(i), 6), i),
+}
+# indices eager takes: negative ones where eager counts back (indexing, take, put)
+COUNTS_BACK = {"index", "index_put", "take", "put"}
+
+
+def _x(dev: str | torch.device) -> torch.Tensor:
+    return torch.arange(6.0).to(dev)
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+@pytest.mark.parametrize("bad", [6, 9, -7])
+def test_an_index_out_of_range_raises_at_the_read(name, bad):
+    op = OPS[name]
+    with pytest.raises((IndexError, RuntimeError)):  # eager (gather, scatter: RuntimeError)
+        op(_x("cpu"), torch.tensor([1, bad]))
+    before = metrics.counter_value("DeviceIndexError") or 0
+    out = op(_x(DEV), torch.tensor([1, bad]).to(DEV))
+    with pytest.raises(DeviceIndexError, match="out of range"):
+        out.cpu()
+    assert metrics.counter_value("DeviceIndexError") == before + 1
+    assert (_x(DEV) + 1).cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]  # and goes on
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_indices_in_range_give_eagers_values(name):
+    op = OPS[name]
+    idx = [0, 5, -6, -1] if name in COUNTS_BACK else [0, 5, 3]
+    want = op(_x("cpu"), torch.tensor(idx))
+    got = op(_x(DEV), torch.tensor(idx).to(DEV)).cpu()
+    torch.testing.assert_close(got, want)
+
+
+def test_an_ignored_target_is_in_range():
+    logits = torch.randn(3, 5)
+    t = torch.tensor([1, -100, 4])
+    want = F.cross_entropy(logits, t)
+    torch.testing.assert_close(F.cross_entropy(logits.to(DEV), t.to(DEV)).cpu(), want)
+
+
+def test_the_error_is_an_index_error_and_a_runtime_error():
+    assert issubclass(DeviceIndexError, IndexError)
+    assert issubclass(DeviceIndexError, RuntimeError)  # as CUDA's device-side assert
+
+
+def test_a_sync_reports_an_index_that_ran_and_wait_device_ops_waits_for_it():
+    y = _x(DEV)[torch.tensor([8]).to(DEV)] * 2
+    with pytest.raises(DeviceIndexError):
+        xl.sync(wait=True)
+    del y
+    z = _x(DEV).gather(0, torch.tensor([7]).to(DEV))
+    try:
+        xl.sync()  # reports it if its program has run already
+    except DeviceIndexError:
+        pass
+    else:
+        with pytest.raises(DeviceIndexError):
+            xl.wait_device_ops()
+    del z
+    xl.sync(wait=True)  # reported once: nothing left
+
+
+def test_only_graphs_that_take_indices_carry_the_check():
+    xl.sync()
+    before = len(device_checks._pending)
+    (_x(DEV) * 3).cpu()  # no index op: no flag kept, nothing read
+    assert len(device_checks._pending) == before
+    y = _x(DEV)[torch.tensor([2]).to(DEV)]
+    xl.sync()
+    device_checks.raise_if_set()
+    assert len(device_checks._pending) == 0
+    assert y.cpu().tolist() == [2.0]
+
+
+def test_compiled_embedding_and_target_out_of_range_raise():
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    emb = nn.Embedding(10, 4)
+    dev_emb = nn.Embedding(10, 4).to(DEV)
+    dev_emb.load_state_dict(emb.state_dict())
+
+    def loss(e, i, t):
+        return F.cross_entropy(e(i), t)
+
+    fn = torch.compile(loss, backend="xlacache")
+    before = metrics.counter_value("CompiledGraphExecute") or 0
+    for i, t in (([1, 12], [0, 3]), ([1, 2], [0, 4])):
+        out = fn(dev_emb, torch.tensor(i).to(DEV), torch.tensor(t).to(DEV))
+        with pytest.raises(DeviceIndexError):
+            out.item()
+    i, t = torch.tensor([3, 9]), torch.tensor([1, 3])
+    got = fn(dev_emb, i.to(DEV), t.to(DEV))
+    got.backward()
+    want = loss(emb, i, t)
+    want.backward()
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(dev_emb.weight.grad.cpu(), emb.weight.grad)
+    assert (metrics.counter_value("CompiledGraphExecute") or 0) - before == 4  # none lazily
+    torch._dynamo.reset()
+
+
+_WARM = """
+import json, sys, torch
+import xlacache, xlacache.lazy as xl
+from xlacache.lazy import metrics
+xlacache.initialize_cache(sys.argv[1], min_compile_seconds=0)
+d = xl.device()
+x = torch.arange(6.0).to(d)
+ok = x[torch.tensor([5]).to(d)].cpu().tolist()
+try:
+    x[torch.tensor([6]).to(d)].cpu()
+    raised = False
+except IndexError:
+    raised = True
+names = ("PersistentCacheAliasHit", "UncachedCompile")
+print(json.dumps({"ok": ok, "raised": raised, **{n: metrics.counter_value(n) or 0 for n in names}}))
+"""
+
+
+@pytest.mark.slow
+def test_a_warm_process_loads_the_checked_program_and_still_raises(tmp_path):
+    runs = []
+    for _ in range(2):
+        proc = run_python(_WARM, str(tmp_path / "cache"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert cold["ok"] == warm["ok"] == [5.0]
+    assert cold["raised"] and warm["raised"]
+    assert cold["UncachedCompile"] >= 1
+    assert warm["UncachedCompile"] == 0 and warm["PersistentCacheAliasHit"] >= 1
