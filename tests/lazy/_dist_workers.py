@@ -155,3 +155,20 @@ def grouped(index: int) -> dict:
     except ValueError as e:
         out["bad"] = str(e)
     return out
+
+
+def embedding_past_vocabulary_on_rank_1(index: int) -> dict:
+    """Each rank embeds its token ids and all-reduces the sum (one program with a collective);
+    rank 1's second batch has a token id past the vocabulary. What each rank read or raised."""
+    dev = xl.device()
+    rank = xl.global_ordinal()
+    emb = torch.nn.Embedding(10, 2).to(dev)
+    out = []
+    for step in range(2):
+        ids = torch.tensor([1, 12 if step == 1 and rank == 1 else 2])
+        total = xl.all_reduce("sum", emb(ids.to(dev)).sum().detach())
+        try:
+            out.append(round(total.item(), 4))
+        except IndexError as e:
+            out.append(type(e).__name__)
+    return {"rank": rank, "reads": out}

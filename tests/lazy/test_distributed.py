@@ -222,3 +222,11 @@ def test_torchrun_workers_agree_on_a_free_coordinator_port_through_torchruns_sto
     host, _, agreed = lines[0][1].rpartition(":")
     assert host == "127.0.0.1" and int(agreed) not in (port, port + 1)
     assert lines[0][2] == "2"  # one jax.distributed job of two processes
+
+
+@pytest.mark.slow
+def test_an_index_out_of_range_raises_on_the_rank_whose_program_took_it():
+    r0, r1 = xl.launch(workers.embedding_past_vocabulary_on_rank_1, nprocs=2)
+    assert r0["reads"][0] == r1["reads"][0]  # the same sum on both ranks
+    assert isinstance(r0["reads"][1], float)  # its own ids were in range
+    assert r1["reads"][1] == "DeviceIndexError"

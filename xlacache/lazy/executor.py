@@ -335,11 +335,12 @@ def _compile(
     metrics.metric_add("GraphOps", n_ops)
     out_dtypes = tuple(n.avals[k][1] for n, k in outs)
     procs, devices, across = _where(order, arrays)
-    # a program over other processes' devices is not checked (its outputs are laid out for them)
-    checked = not across and any(n.func in CHECKED_OPS for n in order)
+    # each process reads its own check; a mesh's program (global values) is not checked
+    checked = across != "mesh" and any(n.func in CHECKED_OPS for n in order)
     signature = _signature(arrays, scalars, outs, donated, checked)
     if procs is not None:
-        global_avals = procs.avals(arrays, scalars, [n.avals[k][0] for n, k in outs])
+        out_shapes = [n.avals[k][0] for n, k in outs] + [()] * checked
+        global_avals = procs.avals(arrays, scalars, out_shapes)
         signature = procs.signature(signature)
     if across:
         _agree(across, key, what, arrays, scalars)
