@@ -236,3 +236,16 @@ def test_collector_deferred_while_tracing_and_restored_at_barriers(monkeypatch):
         assert w.tolist() == [5.0, 5.0, 5.0]
     finally:
         gc.set_threshold(*before)
+
+
+def test_anomaly_mode_checks_gradients_on_the_device():
+    x = torch.randn(3, requires_grad=True, device=xl.device())
+    before = metrics.counter_value("aten::_is_any_true") or 0
+    with pytest.warns(UserWarning, match="Anomaly Detection"), torch.autograd.detect_anomaly():
+        (x * 2).sum().backward()
+    assert x.grad.cpu().tolist() == [2.0, 2.0, 2.0]
+    assert (metrics.counter_value("aten::_is_any_true") or 0) == before  # lowered, not on CPU
+    for v in ([True, False], [False, False], [True, True]):
+        t = torch.tensor(v)
+        assert torch.ops.aten._is_any_true(t.to(xl.device())).item() == any(v)
+        assert torch.ops.aten._is_all_true(t.to(xl.device())).item() == all(v)

@@ -66,6 +66,8 @@ reg(aten.any.default, aten.any.dim, aten.any.dims)(
 reg(aten.all.default, aten.all.dim, aten.all.dims)(
     lambda x, dim=None, keepdim=False: jnp.all(x, norm_dims(dim, x.ndim), keepdims=keepdim)
 )
+reg(aten._is_any_true.default)(jnp.any)  # anomaly mode's NaN check, torch.isin
+reg(aten._is_all_true.default)(jnp.all)
 
 
 @reg(aten.var.correction)
