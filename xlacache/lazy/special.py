@@ -15,6 +15,7 @@ from .lowering.indexing import histc_lowered
 from .record import assign, record, value
 from .state import STATE
 from .tensor import LazyTensor, untraced
+from .torch_internals import aten_ops
 from .transfer import to_device
 
 aten = torch.ops.aten
@@ -94,6 +95,18 @@ def _linalg_check_errors(args: tuple, kwargs: dict) -> None:
     info = args[0]
     cpu = to_cpu(info) if isinstance(info, LazyTensor) else info
     aten._linalg_check_errors.default(cpu, *args[1:], **kwargs)
+
+
+# aten::cholesky is gone from torch 2.14 (torch.linalg.cholesky replaced it)
+@special(*aten_ops("cholesky"))
+def _cholesky(args: tuple, kwargs: dict) -> LazyTensor:
+    """The deprecated ``torch.cholesky``: raises as eager's does where the input is not
+    positive-definite (LAPACK's ``info``, read as ``torch.linalg.cholesky`` reads it)."""
+    a = args[0]
+    upper = args[1] if len(args) > 1 else kwargs.get("upper", False)
+    low, info = dispatch(aten.linalg_cholesky_ex.default, (a,), {"upper": upper})
+    _linalg_check_errors((info, "cholesky"), {"is_matrix": a.dim() == 2})
+    return low
 
 
 @special(aten.allclose.default)

@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
-from ..torch_internals import aten_ops
 from .registry import reg
 
 aten = torch.ops.aten
@@ -42,13 +41,42 @@ def _first_bad(d: Any) -> Any:
 @reg(aten.linalg_cholesky_ex.default)
 def _cholesky_ex(a: Any, upper: bool = False, check_errors: bool = False) -> Any:
     low = jnp.tril(lax.linalg.cholesky(a, symmetrize_input=False))
-    info = _first_bad(~jnp.isfinite(jnp.diagonal(low, axis1=-2, axis2=-1)))
+    failed = ~jnp.isfinite(jnp.diagonal(low, axis1=-2, axis2=-1))
+    # a failed factor is all NaN: LAPACK's info (the first leading minor that is not positive
+    # definite) comes from an unblocked factorization, run only then
+    info = lax.cond(
+        jnp.any(failed),
+        lambda: _potrf_info(a, _first_bad(failed)),
+        lambda: jnp.zeros(a.shape[:-2], jnp.int32),
+    )
     low = jnp.where(jnp.isfinite(low), low, 0)  # LAPACK leaves the rest; eager raises anyway
     return (_mH(low) if upper else low), info
 
 
-# aten::cholesky is gone from torch 2.14 (torch.linalg.cholesky replaced it)
-reg(*aten_ops("cholesky"))(lambda a, upper=False: _cholesky_ex(a, upper)[0])
+def _potrf_info(a: Any, fallback: Any) -> Any:
+    """LAPACK potrf's ``info`` for the lower triangle of ``a``: 1 + the first column whose
+    pivot is not positive (or NaN), else ``fallback`` (where the factor failed by a rounding
+    the unblocked order does not meet, or 0 where it did not fail)."""
+    n = a.shape[-1]
+    if n == 0:
+        return fallback
+    cols = jnp.arange(n)
+
+    def step(j: Any, state: tuple) -> tuple:
+        low, info = state
+        row = jnp.where(cols < j, low[..., j, :], 0)  # l[j, :j]
+        pivot = jnp.real(a[..., j, j]) - jnp.sum(jnp.abs(row) ** 2, axis=-1)
+        bad = ~(pivot > 0)
+        info = jnp.where((info == 0) & bad, j + 1, info)
+        d = jnp.sqrt(jnp.where(bad, 1, pivot)).astype(a.dtype)
+        below = a[..., :, j] - jnp.einsum("...ik,...k->...i", low, jnp.conj(row))
+        col = jnp.where(cols > j, below / d[..., None], jnp.where(cols == j, d[..., None], 0))
+        return low.at[..., :, j].set(col), info
+
+    low0 = jnp.zeros_like(a)
+    info0 = jnp.zeros(a.shape[:-2], jnp.int32)
+    info = lax.fori_loop(0, n, step, (low0, info0))[1]
+    return jnp.where(info > 0, info, fallback)
 
 
 def _cho_solve(b: Any, low: Any) -> Any:
