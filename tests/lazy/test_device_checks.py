@@ -1,5 +1,6 @@
-"""Indices out of range raise, as in eager, from the programs that took them (lazy and
-compiled), when values come back to the host; indices in range give eager's values."""
+"""What eager checks on values raises, as in eager, from the programs that computed it (lazy
+and compiled), when values come back to the host: indices out of range, probabilities outside
+[0, 1]; good values give eager's results."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch.nn.functional as F
 import xlacache.lazy as xl
 from tests.conftest import run_python
 from xlacache.lazy import device_checks, metrics
-from xlacache.lazy.device_checks import DeviceIndexError
+from xlacache.lazy.device_checks import DeviceCheckError, DeviceIndexError
 
 DEV = xl.device()
 
@@ -46,11 +47,11 @@ def test_an_index_out_of_range_raises_at_the_read(name, bad):
     op = OPS[name]
     with pytest.raises((IndexError, RuntimeError)):  # eager (gather, scatter: RuntimeError)
         op(_x("cpu"), torch.tensor([1, bad]))
-    before = metrics.counter_value("DeviceIndexError") or 0
+    before = metrics.counter_value("DeviceCheckError") or 0
     out = op(_x(DEV), torch.tensor([1, bad]).to(DEV))
     with pytest.raises(DeviceIndexError, match="out of range"):
         out.cpu()
-    assert metrics.counter_value("DeviceIndexError") == before + 1
+    assert metrics.counter_value("DeviceCheckError") == before + 1
     assert (_x(DEV) + 1).cpu().tolist() == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]  # and goes on
 
 
@@ -72,7 +73,45 @@ def test_an_ignored_target_is_in_range():
 
 def test_the_error_is_an_index_error_and_a_runtime_error():
     assert issubclass(DeviceIndexError, IndexError)
-    assert issubclass(DeviceIndexError, RuntimeError)  # as CUDA's device-side assert
+    assert issubclass(DeviceIndexError, DeviceCheckError)
+    assert issubclass(DeviceCheckError, RuntimeError)  # as CUDA's device-side assert
+
+
+@pytest.mark.parametrize(
+    "which, p, t",
+    [
+        ("input", [0.2, 1.5, 0.3], [0.0, 1.0, 1.0]),
+        ("input", [0.2, -0.1, 0.3], [0.0, 1.0, 1.0]),
+        ("input", [0.2, float("nan"), 0.3], [0.0, 1.0, 1.0]),
+        ("target", [0.2, 0.5, 0.3], [0.0, 2.0, 1.0]),
+        ("target", [0.2, 0.5, 0.3], [0.0, -1.0, 1.0]),
+    ],
+)
+def test_a_probability_outside_0_1_raises_in_binary_cross_entropy(which, p, t):
+    p, t = torch.tensor(p), torch.tensor(t)
+    message = f"all elements of {which} should be between 0 and 1"
+    with pytest.raises(RuntimeError, match=message):  # eager
+        F.binary_cross_entropy(p, t)
+    out = F.binary_cross_entropy(p.to(DEV), t.to(DEV))
+    with pytest.raises(DeviceCheckError, match=message):
+        out.item()
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_binary_cross_entropy_in_range_gives_eagers_values_and_gradients(reduction, dtype):
+    g = torch.Generator().manual_seed(0)
+    p, t, w = (torch.rand(4, 5, generator=g).to(dtype) for _ in range(3))
+    p[0, :2] = torch.tensor([0.0, 1.0])  # the edges: log(0) floored at -100
+    x = p.clone().requires_grad_()
+    want = F.binary_cross_entropy(x, t, weight=w, reduction=reduction)
+    want.sum().backward()
+    xd = p.to(DEV).requires_grad_()
+    got = F.binary_cross_entropy(xd, t.to(DEV), weight=w.to(DEV), reduction=reduction)
+    got.sum().backward()
+    tol = {} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-2}
+    torch.testing.assert_close(got.cpu(), want, **tol)
+    torch.testing.assert_close(xd.grad.cpu(), x.grad, **tol)
 
 
 def test_a_sync_reports_an_index_that_ran_and_wait_device_ops_waits_for_it():
@@ -128,6 +167,26 @@ def test_compiled_embedding_and_target_out_of_range_raise():
     torch.testing.assert_close(got.cpu(), want)
     torch.testing.assert_close(dev_emb.weight.grad.cpu(), emb.weight.grad)
     assert (metrics.counter_value("CompiledGraphExecute") or 0) - before == 4  # none lazily
+    torch._dynamo.reset()
+
+
+def test_compiled_binary_cross_entropy_checks_its_input():
+    torch._dynamo.reset()
+    fn = torch.compile(lambda p, t: F.binary_cross_entropy(p, t), backend="xlacache")
+    t = torch.tensor([0.0, 1.0])
+    before = metrics.counter_value("CompiledGraphExecute") or 0
+    bad = fn(torch.tensor([0.2, 1.5]).to(DEV), t.to(DEV))
+    with pytest.raises(DeviceCheckError, match="input should be between 0 and 1"):
+        bad.item()
+    x = torch.tensor([0.2, 0.5], requires_grad=True)
+    xd = x.detach().to(DEV).requires_grad_()
+    got = fn(xd, t.to(DEV))
+    got.backward()
+    want = F.binary_cross_entropy(x, t)
+    want.backward()
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(xd.grad.cpu(), x.grad)
+    assert (metrics.counter_value("CompiledGraphExecute") or 0) - before == 3  # none lazily
     torch._dynamo.reset()
 
 

@@ -1,11 +1,13 @@
-"""Index checks the device ran, read back as CUDA reports a device-side assert.
+"""Checks the device ran, read back as CUDA reports a device-side assert.
 
-A program whose graph holds an op that takes indices (``lowering.checks``) returns one more
-value: whether some index was out of range (eager raises ``IndexError`` there; XLA clamps the
-index or fills the result). The runtime keeps those flags and reads them when values come back
-to the host (``.cpu()``, ``.item()``, printing: the read waits for the device anyway), at
-``wait_device_ops``, and, for flags already computed, at each ``sync``. A set flag raises
-``DeviceIndexError``; the values computed from that index are wrong, as after a CUDA assert.
+A program whose graph holds an op that eager checks on values (``lowering.checks``: indices
+out of range, probabilities outside [0, 1]) returns one more value: which checks failed (eager
+raises there; XLA clamps an index, fills a gather, computes the log of a negative number). The
+runtime keeps those outputs and reads them when values come back to the host (``.cpu()``,
+``.item()``, printing: the read waits for the device anyway), at ``wait_device_ops``, and, for
+those already computed, at each ``sync``. A failed check raises ``DeviceCheckError``
+(``DeviceIndexError`` for an index); values computed from the bad input are wrong, as after a
+CUDA assert.
 """
 
 from __future__ import annotations
@@ -17,49 +19,71 @@ from typing import Any
 import numpy as np
 
 from . import metrics
+from .lowering.checks import INDEX, INPUT_PROBABILITY, TARGET_PROBABILITY
 
-# flags kept before the oldest is read (it ran long ago: reading it does not wait)
+# outputs kept before the oldest is read (it ran long ago: reading it does not wait)
 MAX_PENDING = 256
 
 _pending: deque[Any] = deque()
 _lock = threading.Lock()
 
 
-class DeviceIndexError(IndexError, RuntimeError):
+class DeviceCheckError(RuntimeError):
+    """A check eager makes on values failed in a program that ran on the device."""
+
+
+class DeviceIndexError(DeviceCheckError, IndexError):
     """An index out of range in a program that ran on the device."""
 
 
-MESSAGE = (
-    "xlacache.lazy: an index was out of range in a program that ran on the device (indexing, "
-    "index_put, gather, scatter, index_select, embedding, take, put, or an nll_loss/"
-    "cross_entropy target); eager raises IndexError there, and values computed from it are wrong"
-)
+_ON_DEVICE = "in a program that ran on the device; values computed from it are wrong"
+FAILURES = {  # by bit, first the first raised
+    INDEX: (
+        DeviceIndexError,
+        "xlacache.lazy: an index was out of range (indexing, index_put, gather, scatter, "
+        "index_select, embedding, take, put, or an nll_loss/cross_entropy target; eager "
+        f"raises IndexError there) {_ON_DEVICE}",
+    ),
+    INPUT_PROBABILITY: (
+        DeviceCheckError,
+        "xlacache.lazy: all elements of input should be between 0 and 1 "
+        f"(binary_cross_entropy) {_ON_DEVICE}",
+    ),
+    TARGET_PROBABILITY: (
+        DeviceCheckError,
+        "xlacache.lazy: all elements of target should be between 0 and 1 "
+        f"(binary_cross_entropy) {_ON_DEVICE}",
+    ),
+}
 
 
-def note(flag: Any) -> None:
+def note(output: Any) -> None:
     """Keep a program's check output until it is read."""
     with _lock:
-        _pending.append(flag)
+        _pending.append(output)
         old = _pending.popleft() if len(_pending) > MAX_PENDING else None
-    if old is not None and bool(np.asarray(old)):
-        _fail()
+    if old is not None and int(np.asarray(old)):
+        _fail(int(np.asarray(old)))
 
 
 def raise_if_set(wait: bool = True) -> None:
-    """Read the kept flags (only those already computed unless ``wait``); raise if one is set."""
-    bad = False
+    """Read the kept outputs (only those already computed unless ``wait``); raise if a
+    check failed."""
+    bits = 0
     while True:
         with _lock:
             if not _pending or not (wait or _pending[0].is_ready()):
                 break
-            flag = _pending.popleft()
-        bad = bad or bool(np.asarray(flag))
-    if bad:
-        _fail()
+            output = _pending.popleft()
+        bits |= int(np.asarray(output))
+    if bits:
+        _fail(bits)
 
 
-def _fail() -> None:
+def _fail(bits: int) -> None:
     with _lock:
         _pending.clear()
-    metrics.counter_inc("DeviceIndexError")
-    raise DeviceIndexError(MESSAGE)
+    metrics.counter_inc("DeviceCheckError")
+    kind = min(k for k in FAILURES if bits >> k & 1)
+    error, message = FAILURES[kind]
+    raise error(message)

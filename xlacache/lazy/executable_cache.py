@@ -28,7 +28,7 @@ class Executable:
     n_ops: int
     out_dtypes: tuple
     across: str = ""  # it runs on other processes' devices too ("collectives" or "mesh")
-    checked: bool = False  # its last output says an index was out of range (device_checks)
+    checked: bool = False  # its last output says which checks failed (device_checks)
 
 
 def memory_maps() -> int | None:

@@ -34,7 +34,7 @@ from .executable_cache import Executable, ExecutableCache, map_limit
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
-from .lowering.checks import CHECKED_OPS, any_flag, collecting
+from .lowering.checks import CHECKED_OPS, check_output, collecting
 from .record import record, value
 from .spmd import placement as spmd
 from .state import STATE
@@ -68,7 +68,7 @@ def _fill(t: Any, ins: list[Any]) -> Any:
 def _build(order: list[Node], outs: list[tuple[Node, int]], checked: bool = False) -> Callable:
     """A JAX function ``f(*arrays, scalars)`` computing ``outs`` from the graph's leaves
     (``order`` from ``toposort``, whose positions the nodes hold); ``checked``: and, last,
-    whether an index was out of range (``lowering.checks``)."""
+    which checks failed (``lowering.checks``)."""
     leaf_arg: dict[int, tuple[str, int]] = {}
     steps: list[tuple[int, _Step | None]] = []
     n_arr = n_sc = 0
@@ -96,7 +96,7 @@ def _build(order: list[Node], outs: list[tuple[Node, int]], checked: bool = Fals
             return run(*args)
         with collecting() as flags:
             out = run(*args)
-        return [*out, any_flag(flags)]
+        return [*out, check_output(flags)]
 
     def run(*args: Any) -> list[Any]:
         arrays, scalars = args[:-1], args[-1]
@@ -411,7 +411,7 @@ def _signature(
         shape, dtype = n.avals[k]
         outputs.append([list(shape), np.dtype(jax_dtype(dtype)).name])
     if checked:
-        outputs.append([[], "bool"])
+        outputs.append([[], "int32"])
     return {"inputs": inputs, "outputs": outputs, "donated": list(donated)}
 
 

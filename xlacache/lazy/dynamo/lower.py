@@ -37,7 +37,7 @@ from torch.fx.node import map_aggregate
 from ..executor import conform_result
 from ..foreach import foreach_element
 from ..lowering import LOWERINGS, jax_dtype, precision
-from ..lowering.checks import CHECKED_OPS, any_flag, collecting
+from ..lowering.checks import CHECKED_OPS, check_output, collecting
 from ..lowering.elementwise import register_fma
 from ..lowering.indexing import histc_lowered
 from ..record import WIDE_DTYPES, op_info
@@ -150,7 +150,7 @@ class Plan:
     random: bool = False  # draws random numbers: the program takes a key (``rng.compiled_key``)
     rng_inputs: list[int] = field(default_factory=list)  # saved RNG states, as words (packed)
     host_draws: list[Node] = field(default_factory=list)  # drawn on the host per call (packed)
-    checked: bool = False  # takes indices: its last result says one was out of range
+    checked: bool = False  # eager checks its values: its last result says which checks failed
 
     @property
     def device_inputs(self) -> list[int]:
@@ -418,7 +418,7 @@ def build(
             return run(*arrays)
         with collecting() as flags:
             out = run(*arrays)
-        return [*out, any_flag(flags)]
+        return [*out, check_output(flags)]
 
     def run(*arrays: Any) -> list:
         env: dict[Node, Any] = {p.placeholders[i]: a for i, a in zip(dev, arrays, strict=False)}

@@ -385,7 +385,7 @@ class CompiledGraph:
             for i, d in zip(p.device_updates, update_dtypes, strict=True)
         ]
         if p.checked:
-            results.append([[], "bool"])
+            results.append([[], "int32"])
         inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in (*arrays, *packed)]
         signature = {"inputs": inputs, "outputs": results, "donated": list(self.donated)}
         avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (*arrays, *packed)]

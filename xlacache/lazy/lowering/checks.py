@@ -1,10 +1,12 @@
-"""Index checks inside programs: eager raises for an index out of range, XLA clamps or fills.
+"""Checks inside programs: where eager raises on values (an index out of range, a
+probability outside [0, 1]), XLA computes on (it clamps an index, fills a gather, takes the
+log of a negative number).
 
-A lowering that takes indices calls ``in_range``; while a graph is being lowered
-(``collecting``), each call adds a flag "some index is out of range" to the program, and the
-program returns their ``any`` as one more output. The runtime reads that output when values
-come back to the host (``lazy.device_checks``), as CUDA reports a device-side assert, and
-raises. Graphs without such ops (``CHECKED_OPS``) have no extra output.
+A lowering that eager checks calls ``check`` (``in_range`` for indices); while a graph is
+being lowered (``collecting``), each call adds a flag to the program, and the program returns
+one more output: an int32 whose bit ``kind`` says a check of that kind failed. The runtime
+reads it when values come back to the host (``lazy.device_checks``), as CUDA reports a
+device-side assert, and raises. Graphs without such ops (``CHECKED_OPS``) have no extra output.
 """
 
 from __future__ import annotations
@@ -16,19 +18,24 @@ from typing import Any
 
 import jax.numpy as jnp
 
-CHECKED_OPS: set[Any] = set()  # aten overloads whose lowering calls in_range
+# the kinds of check (bits of a program's check output; messages in ``lazy.device_checks``)
+INDEX = 0  # an index out of range
+INPUT_PROBABILITY = 1  # binary_cross_entropy's input outside [0, 1]
+TARGET_PROBABILITY = 2  # binary_cross_entropy's target outside [0, 1]
+
+CHECKED_OPS: set[Any] = set()  # aten overloads whose lowering calls check
 
 _local = threading.local()
 
 
 def checked(*ops: Any) -> None:
-    """Say that these ops' lowerings check their indices (their graphs get a flag output)."""
+    """Say that these ops' lowerings check values (their graphs get a check output)."""
     CHECKED_OPS.update(ops)
 
 
 @contextlib.contextmanager
-def collecting() -> Iterator[list[Any]]:
-    """The flags ``in_range`` adds while a program is traced."""
+def collecting() -> Iterator[list[tuple[int, Any]]]:
+    """The flags ``check`` adds while a program is traced."""
     previous = getattr(_local, "flags", None)
     _local.flags = flags = []
     try:
@@ -37,15 +44,29 @@ def collecting() -> Iterator[list[Any]]:
         _local.flags = previous
 
 
+def check(kind: int, bad: Any) -> None:
+    """Flag a failed check of ``kind`` where any element of ``bad`` is true."""
+    flags = getattr(_local, "flags", None)
+    if flags is not None:
+        flags.append((kind, jnp.any(bad)))
+
+
 def in_range(index: Any, size: int, negative: bool = False) -> None:
     """Flag entries of ``index`` outside ``[0, size)`` (``[-size, size)`` with ``negative``)."""
-    flags = getattr(_local, "flags", None)
-    if flags is None or not hasattr(index, "dtype") or not jnp.issubdtype(index.dtype, jnp.integer):
+    if not hasattr(index, "dtype") or not jnp.issubdtype(index.dtype, jnp.integer):
         return
     low = -size if negative else 0
-    flags.append(jnp.any((index < low) | (index >= size)))
+    check(INDEX, (index < low) | (index >= size))
 
 
-def any_flag(flags: list[Any]) -> Any:
-    """The program's check output: True when some index was out of range."""
-    return jnp.any(jnp.stack(flags)) if flags else jnp.zeros((), jnp.bool_)
+def probability(kind: int, p: Any) -> None:
+    """Flag values of ``p`` outside ``[0, 1]`` (NaN included, as eager's check)."""
+    check(kind, ~((p >= 0) & (p <= 1)))
+
+
+def check_output(flags: list[tuple[int, Any]]) -> Any:
+    """The program's check output: bit ``kind`` set where a check of that kind failed."""
+    out = jnp.zeros((), jnp.int32)
+    for kind, failed in flags:
+        out = out | (failed.astype(jnp.int32) << kind)
+    return out

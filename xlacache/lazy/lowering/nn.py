@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from jax import lax
 
-from .checks import checked, in_range
+from .checks import INPUT_PROBABILITY, TARGET_PROBABILITY, checked, in_range, probability
 from .registry import norm_dim, real_sign, reg, reg_opmath, scalar_as_vector, upcast
 
 aten = torch.ops.aten
@@ -191,6 +191,23 @@ def _nll_bwd(g: Any, x: Any, t: Any, w: Any, reduction: int, ignore: int, total:
     classes = lax.broadcasted_iota(tt.dtype, x.shape, cdim)
     hit = classes == jnp.expand_dims(tt, cdim)
     return jnp.where(hit, jnp.expand_dims(coef, cdim), jnp.zeros((), x.dtype))
+
+
+@reg(aten.binary_cross_entropy.default)
+def _binary_cross_entropy(x: Any, t: Any, w: Any = None, reduction: int = 1) -> Any:
+    """Torch's decomposition (in float32 for bfloat16/float16), and eager's checks of the
+    input and target: probabilities in [0, 1]."""
+    probability(INPUT_PROBABILITY, x)
+    probability(TARGET_PROBABILITY, t)
+    x, t = upcast(x), upcast(t)
+    floor = jnp.asarray(-100, x.dtype)
+    loss = (t - 1) * jnp.maximum(jnp.log1p(-x), floor) - t * jnp.maximum(jnp.log(x), floor)
+    if w is not None:
+        loss = loss * upcast(w)
+    return [lambda d: d, jnp.mean, jnp.sum][reduction](loss)
+
+
+checked(aten.binary_cross_entropy.default)
 
 
 reg(aten.mse_loss.default)(
