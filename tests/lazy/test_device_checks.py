@@ -97,6 +97,33 @@ def test_a_probability_outside_0_1_raises_in_binary_cross_entropy(which, p, t):
         out.item()
 
 
+DIVISIONS = {
+    "floor_divide": lambda a, b: a // b,
+    "div floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
+    "div trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+    "remainder": lambda a, b: a % b,
+    "fmod": torch.fmod,
+    "remainder of a scalar": lambda a, b: 7 % b,
+    "uint8": lambda a, b: a.abs().to(torch.uint8) // b.abs().to(torch.uint8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DIVISIONS))
+def test_an_integer_division_by_zero_raises_and_others_give_eagers_values(name):
+    op = DIVISIONS[name]
+    a = torch.tensor([5, -7, 3, -8])
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):  # eager
+        op(a, torch.tensor([2, 0, 1, -3]))
+    out = op(a.to(DEV), torch.tensor([2, 0, 1, -3]).to(DEV))
+    with pytest.raises(DeviceCheckError, match="ZeroDivisionError"):
+        out.cpu()
+    b = torch.tensor([2, 3, 1, -3])
+    assert op(a.to(DEV), b.to(DEV)).cpu().tolist() == op(a, b).tolist()
+    if name != "uint8":  # floats: no error
+        f, zero = torch.tensor([5.0, -7.0]), torch.tensor([0.0, 0.0])
+        torch.testing.assert_close(op(f.to(DEV), zero.to(DEV)).cpu(), op(f, zero), equal_nan=True)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_binary_cross_entropy_in_range_gives_eagers_values_and_gradients(reduction, dtype):

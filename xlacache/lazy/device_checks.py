@@ -1,13 +1,13 @@
 """Checks the device ran, read back as CUDA reports a device-side assert.
 
 A program whose graph holds an op that eager checks on values (``lowering.checks``: indices
-out of range, probabilities outside [0, 1]) returns one more value: which checks failed (eager
-raises there; XLA clamps an index, fills a gather, computes the log of a negative number). The
-runtime keeps those outputs and reads them when values come back to the host (``.cpu()``,
-``.item()``, printing: the read waits for the device anyway), at ``wait_device_ops``, and, for
-those already computed, at each ``sync``. A failed check raises ``DeviceCheckError``
-(``DeviceIndexError`` for an index); values computed from the bad input are wrong, as after a
-CUDA assert.
+out of range, probabilities outside [0, 1], integer division by zero) returns one more value:
+which checks failed (eager raises there; XLA clamps an index, fills a gather, computes the log
+of a negative number). The runtime keeps those outputs and reads them when values come back to
+the host (``.cpu()``, ``.item()``, printing: the read waits for the device anyway), at
+``wait_device_ops``, and, for those already computed, at each ``sync``. A failed check raises
+``DeviceCheckError`` (``DeviceIndexError`` for an index); values computed from the bad input
+are wrong, as after a CUDA assert.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics
-from .lowering.checks import INDEX, INPUT_PROBABILITY, TARGET_PROBABILITY
+from .lowering.checks import INDEX, INPUT_PROBABILITY, TARGET_PROBABILITY, ZERO_DIVISION
 
 # outputs kept before the oldest is read (it ran long ago: reading it does not wait)
 MAX_PENDING = 256
@@ -53,6 +53,10 @@ FAILURES = {  # by bit, first the first raised
         DeviceCheckError,
         "xlacache.lazy: all elements of target should be between 0 and 1 "
         f"(binary_cross_entropy) {_ON_DEVICE}",
+    ),
+    ZERO_DIVISION: (
+        DeviceCheckError,
+        f"xlacache.lazy: ZeroDivisionError (an integer division or remainder by zero) {_ON_DEVICE}",
     ),
 }
 

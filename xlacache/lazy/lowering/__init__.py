@@ -29,7 +29,8 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``precision`` says how float32 matrix products and convolutions lower under PyTorch's
 precision settings (each such op records the setting as its ``fp32_precision`` attribute).
 ``checks`` lets a lowering flag what eager checks on values (indices in range, probabilities
-in [0, 1]); the program returns the flags (``lazy.device_checks`` reads them).
+in [0, 1], integer divisors not zero); the program returns the flags (``lazy.device_checks``
+reads them).
 ``dtypes`` holds the torch <-> JAX dtype map (same widths: int64 stays int64), torch's
 conversion rules (``cast``) and ``x64()``, the scope the runtime lowers and runs in.
 """

@@ -1,6 +1,6 @@
 """Checks inside programs: where eager raises on values (an index out of range, a
-probability outside [0, 1]), XLA computes on (it clamps an index, fills a gather, takes the
-log of a negative number).
+probability outside [0, 1], an integer division by zero), XLA computes on (it clamps an
+index, fills a gather, takes the log of a negative number, returns some integer).
 
 A lowering that eager checks calls ``check`` (``in_range`` for indices); while a graph is
 being lowered (``collecting``), each call adds a flag to the program, and the program returns
@@ -22,6 +22,7 @@ import jax.numpy as jnp
 INDEX = 0  # an index out of range
 INPUT_PROBABILITY = 1  # binary_cross_entropy's input outside [0, 1]
 TARGET_PROBABILITY = 2  # binary_cross_entropy's target outside [0, 1]
+ZERO_DIVISION = 3  # an integer division or remainder by zero
 
 CHECKED_OPS: set[Any] = set()  # aten overloads whose lowering calls check
 

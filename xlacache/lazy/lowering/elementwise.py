@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from .checks import ZERO_DIVISION, check, checked
 from .dtypes import floating, promote, result_dtype
 from .registry import LOWERINGS, real_sign, reg_opmath, scaled
 from .registry import reg as reg_plain
@@ -61,6 +62,20 @@ reg(aten.rsub.Tensor, aten.rsub.Scalar)(binary(lambda a, b, alpha=1: b - scaled(
 reg(aten.mul.Tensor, aten.mul.Scalar)(binary(lambda a, b: a * b))
 
 
+def _by_zero(a: Any, b: Any) -> None:
+    """Eager raises ZeroDivisionError for an integer division or remainder by zero."""
+    if jnp.issubdtype(jnp.result_type(a, b), jnp.integer):
+        check(ZERO_DIVISION, jnp.asarray(b) == 0)
+
+
+def _int_checked(fn: Fn) -> Fn:
+    def run(a: Any, b: Any) -> Any:
+        _by_zero(a, b)
+        return fn(a, b)
+
+    return run
+
+
 @reg(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(a: Any, b: Any, rounding_mode: str | None = None) -> Any:
     a, b = promote(a, b)
@@ -69,6 +84,7 @@ def _div_mode(a: Any, b: Any, rounding_mode: str | None = None) -> Any:
     if rounding_mode == "floor":
         return _floor_divide(a, b)
     if jnp.issubdtype(a.dtype, jnp.integer):
+        _by_zero(a, b)
         a, b = jnp.broadcast_arrays(a, jnp.asarray(b, a.dtype))
         return lax.div(a, b)  # truncates, exactly (a float quotient would round int64)
     return jnp.trunc(jnp.true_divide(a, b))
@@ -82,6 +98,7 @@ reg(prims.div.default)(  # truncates integers
 
 def _floor_divide(a: Any, b: Any) -> Any:
     if jnp.issubdtype(jnp.asarray(a).dtype, jnp.integer):
+        _by_zero(a, b)
         return jnp.floor_divide(a, b)
     # eager's div_floor_floating: floor of the exact quotient, via fmod
     mod = jnp.fmod(a, b)
@@ -94,9 +111,20 @@ def _floor_divide(a: Any, b: Any) -> Any:
 
 reg(aten.floor_divide.default, aten.floor_divide.Scalar)(binary(_floor_divide))
 reg(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)(
-    binary(jnp.remainder)
+    binary(_int_checked(jnp.remainder))
 )
-reg(aten.fmod.Tensor, aten.fmod.Scalar)(binary(jnp.fmod))
+reg(aten.fmod.Tensor, aten.fmod.Scalar)(binary(_int_checked(jnp.fmod)))
+checked(
+    aten.div.Tensor_mode,
+    aten.div.Scalar_mode,
+    aten.floor_divide.default,
+    aten.floor_divide.Scalar,
+    aten.remainder.Tensor,
+    aten.remainder.Scalar,
+    aten.remainder.Scalar_Tensor,
+    aten.fmod.Tensor,
+    aten.fmod.Scalar,
+)
 
 
 @reg(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
