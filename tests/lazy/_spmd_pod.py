@@ -114,3 +114,25 @@ def killed(index: int, steps_before: int) -> None:
         model(x).pow(2).mean().backward()
         opt.step()
         xl.sync()
+
+
+def embedding_past_vocabulary(index: int) -> dict:
+    """An embedding of token ids sharded over the job's mesh, in range, then with an id past
+    the vocabulary in process 1's half: what each process read, or the error it raised."""
+    xr.use_spmd()
+    dev = xl.device()
+    mesh = xs.Mesh(np.arange(8), (8,), ("data",))
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(10, 2).to(dev)
+    reads: list = []
+    for bad in (False, True):
+        ids = torch.arange(8)
+        if bad:
+            ids[6] = 12
+        x = ids.to(dev)
+        xs.mark_sharding(x, mesh, ("data",))
+        try:
+            reads.append(round(emb(x).sum().item(), 4))
+        except IndexError as e:
+            reads.append(type(e).__name__)
+    return {"reads": reads}

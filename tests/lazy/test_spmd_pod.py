@@ -164,3 +164,9 @@ def test_gpt_tensor_x_data_parallel_over_two_processes_compiles_once_per_pod(pod
         assert r["losses"] == writer["losses"]
         for name, value in writer["params"].items():
             assert torch.equal(r["params"][name], value)
+
+
+def test_an_index_out_of_range_in_a_program_over_the_pods_mesh_raises_on_every_process(pod):
+    r0, r1 = xl.launch(workers.embedding_past_vocabulary, nprocs=2)
+    assert isinstance(r0["reads"][0], float) and r0["reads"][0] == r1["reads"][0]
+    assert r0["reads"][1] == r1["reads"][1] == "DeviceIndexError"

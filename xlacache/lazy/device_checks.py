@@ -66,8 +66,8 @@ def note(output: Any) -> None:
     with _lock:
         _pending.append(output)
         old = _pending.popleft() if len(_pending) > MAX_PENDING else None
-    if old is not None and int(np.asarray(old)):
-        _fail(int(np.asarray(old)))
+    if old is not None and _bits(old):
+        _fail(_bits(old))
 
 
 def raise_if_set(wait: bool = True) -> None:
@@ -79,9 +79,16 @@ def raise_if_set(wait: bool = True) -> None:
             if not _pending or not (wait or _pending[0].is_ready()):
                 break
             output = _pending.popleft()
-        bits |= int(np.asarray(output))
+        bits |= _bits(output)
     if bits:
         _fail(bits)
+
+
+def _bits(output: Any) -> int:
+    """A check output's value (a mesh program's is one value every process holds a copy of)."""
+    if not output.is_fully_addressable:
+        output = output.addressable_data(0)
+    return int(np.asarray(output))
 
 
 def _fail(bits: int) -> None:

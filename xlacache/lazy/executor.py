@@ -335,8 +335,8 @@ def _compile(
     metrics.metric_add("GraphOps", n_ops)
     out_dtypes = tuple(n.avals[k][1] for n, k in outs)
     procs, devices, across = _where(order, arrays)
-    # each process reads its own check; a mesh's program (global values) is not checked
-    checked = across != "mesh" and any(n.func in CHECKED_OPS for n in order)
+    # a process program's check is each process's own; a mesh's is one global value
+    checked = any(n.func in CHECKED_OPS for n in order)
     signature = _signature(arrays, scalars, outs, donated, checked)
     if procs is not None:
         out_shapes = [n.avals[k][0] for n, k in outs] + [()] * checked
