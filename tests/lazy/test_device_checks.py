@@ -28,6 +28,7 @@ OPS = {
     "index_select": lambda x, i: x.index_select(0, i),
     "index_add": lambda x, i: x.clone().index_add_(0, i, torch.ones_like(i, dtype=x.dtype)),
     "embedding": lambda x, i: F.embedding(i, x.view(6, 1)),
+    "embedding max_norm": lambda x, i: F.embedding(i, x.view(6, 1).clone(), max_norm=1.0),
     "take": lambda x, i: x.take(i),
     "put": lambda x, i: x.clone().put_(i, torch.ones_like(i, dtype=x.dtype)),
     "nll_loss": lambda x, i: F.nll_loss(x.view(1, 6).expand(len(i), 6), i),

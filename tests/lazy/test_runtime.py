@@ -249,3 +249,20 @@ def test_anomaly_mode_checks_gradients_on_the_device():
         t = torch.tensor(v)
         assert torch.ops.aten._is_any_true(t.to(xl.device())).item() == any(v)
         assert torch.ops.aten._is_all_true(t.to(xl.device())).item() == all(v)
+
+
+@pytest.mark.parametrize("norm_type", [2.0, 1.0, float("inf"), 3.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_embedding_max_norm_renormalizes_rows_on_the_device(norm_type, dtype):
+    torch.manual_seed(0)
+    w = (torch.randn(10, 4) * 3).to(dtype)
+    ids = torch.tensor([[1, 3], [3, 7]])
+    eager, device = w.clone(), w.to(dev)
+    before = metrics.counter_value("aten::embedding_renorm") or 0
+    want = F.embedding(ids, eager, max_norm=1.5, norm_type=norm_type)
+    got = F.embedding(ids.to(dev), device, max_norm=1.5, norm_type=norm_type)
+    tol = {"rtol": 1e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(got.cpu(), want, **tol)
+    torch.testing.assert_close(device.cpu(), eager, **tol)  # the rows it named, renormalized
+    assert not torch.equal(eager, w)
+    assert (metrics.counter_value("aten::embedding_renorm") or 0) == before  # not on the CPU

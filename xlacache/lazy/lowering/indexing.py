@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import torch
 
 from .checks import checked, in_range
-from .registry import highest, lowest, norm_dim, reg, scalar_as_vector
+from .registry import LOWERINGS, highest, lowest, norm_dim, reg, scalar_as_vector
 
 aten = torch.ops.aten
 
@@ -138,6 +138,22 @@ def _embedding(
 ) -> Any:
     in_range(idx, w.shape[0])
     return jnp.take(w, idx, axis=0)
+
+
+@reg(aten.embedding_renorm.default)
+def _embedding_renorm(w: Any, idx: Any, max_norm: float, norm_type: float) -> Any:
+    """Eager's ``embedding_renorm_`` (``F.embedding(max_norm=...)``): each row ``idx`` names
+    whose norm (in ``w``'s dtype) exceeds ``max_norm`` is scaled by ``max_norm / (norm +
+    1e-7)``, computed in double and applied in ``w``'s math type, as eager's scalar is."""
+    in_range(idx, w.shape[0])
+    flat = idx.reshape(-1)
+    rows = w[flat]
+    norm = LOWERINGS[aten.linalg_vector_norm.default](rows, norm_type, [-1])
+    norm = norm.astype(w.dtype).astype(jnp.float64)
+    math = jnp.float64 if w.dtype == jnp.float64 else jnp.float32
+    scale = (max_norm / (norm + 1e-7)).astype(math)
+    scaled = (rows.astype(math) * scale[:, None]).astype(w.dtype)
+    return w.at[flat].set(jnp.where((norm > max_norm)[:, None], scaled, rows))
 
 
 @reg(aten.embedding_dense_backward.default)
@@ -299,6 +315,7 @@ checked(
     aten.index.Tensor,
     aten.index_put.default,
     aten.embedding.default,
+    aten.embedding_renorm.default,
     aten.take.default,
     aten.put.default,
 )

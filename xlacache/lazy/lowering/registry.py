@@ -18,6 +18,7 @@ STATIC_SCALAR_OPS = {
     aten.pow.Scalar,
     aten.linalg_vector_norm.default,
     aten.nan_to_num.default,
+    aten.embedding_renorm.default,
 }
 
 Fn = Callable[..., Any]
