@@ -248,3 +248,16 @@ def test_a_warm_process_loads_the_checked_program_and_still_raises(tmp_path):
     assert cold["raised"] and warm["raised"]
     assert cold["UncachedCompile"] >= 1
     assert warm["UncachedCompile"] == 0 and warm["PersistentCacheAliasHit"] >= 1
+
+
+def test_kept_outputs_past_the_limit_are_read_oldest_first(monkeypatch):
+    import jax.numpy as jnp
+
+    xl.sync(wait=True)
+    monkeypatch.setattr(device_checks, "MAX_PENDING", 2)
+    device_checks.note(jnp.int32(0))
+    device_checks.note(jnp.int32(1))  # an index out of range
+    device_checks.note(jnp.int32(0))  # the first read: it passed
+    with pytest.raises(DeviceIndexError):
+        device_checks.note(jnp.int32(0))  # the second read: the failed one
+    assert len(device_checks._pending) == 0

@@ -66,8 +66,9 @@ def note(output: Any) -> None:
     with _lock:
         _pending.append(output)
         old = _pending.popleft() if len(_pending) > MAX_PENDING else None
-    if old is not None and _bits(old):
-        _fail(_bits(old))
+    bits = 0 if old is None else _bits(old)
+    if bits:
+        _fail(bits)
 
 
 def raise_if_set(wait: bool = True) -> None:

@@ -34,7 +34,7 @@ from .executable_cache import Executable, ExecutableCache, map_limit
 from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
-from .lowering.checks import CHECKED_OPS, check_output, collecting
+from .lowering.checks import CHECKED_OPS, SIGNATURE, returning_checks
 from .record import record, value
 from .spmd import placement as spmd
 from .state import STATE
@@ -91,13 +91,6 @@ def _build(order: list[Node], outs: list[tuple[Node, int]], checked: bool = Fals
             steps.append((i, _Step(LOWERINGS[n.func], targs, dict(tkw), ins, n.avals, str(n.func))))
     out_pos = [(n.pos, k) for n, k in outs]
 
-    def fn(*args: Any) -> list[Any]:
-        if not checked:
-            return run(*args)
-        with collecting() as flags:
-            out = run(*args)
-        return [*out, check_output(flags)]
-
     def run(*args: Any) -> list[Any]:
         arrays, scalars = args[:-1], args[-1]
         env: list[Any] = [None] * len(order)
@@ -117,7 +110,7 @@ def _build(order: list[Node], outs: list[tuple[Node, int]], checked: bool = Fals
             )
         return [env[p][k] for p, k in out_pos]
 
-    return fn
+    return returning_checks(run) if checked else run
 
 
 def _random_lowering(kind: str, idx: int, shape: tuple, dtype: Any, params: tuple) -> Callable:
@@ -411,7 +404,7 @@ def _signature(
         shape, dtype = n.avals[k]
         outputs.append([list(shape), np.dtype(jax_dtype(dtype)).name])
     if checked:
-        outputs.append([[], "int32"])
+        outputs.append(SIGNATURE)
     return {"inputs": inputs, "outputs": outputs, "donated": list(donated)}
 
 

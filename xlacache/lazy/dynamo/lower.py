@@ -37,7 +37,7 @@ from torch.fx.node import map_aggregate
 from ..executor import conform_result
 from ..foreach import foreach_element
 from ..lowering import LOWERINGS, jax_dtype, precision
-from ..lowering.checks import CHECKED_OPS, check_output, collecting
+from ..lowering.checks import CHECKED_OPS, returning_checks
 from ..lowering.elementwise import register_fma
 from ..lowering.indexing import histc_lowered
 from ..record import WIDE_DTYPES, op_info
@@ -413,13 +413,6 @@ def build(
     final = [aval(r.meta["val"], bind) for r in results[: p.n_device_outputs]]
     final += [aval(p.placeholders[i].meta["val"], bind) for i in p.device_updates]
 
-    def fn(*arrays: Any) -> list:
-        if not p.checked:
-            return run(*arrays)
-        with collecting() as flags:
-            out = run(*arrays)
-        return [*out, check_output(flags)]
-
     def run(*arrays: Any) -> list:
         env: dict[Node, Any] = {p.placeholders[i]: a for i, a in zip(dev, arrays, strict=False)}
         packed = arrays[len(dev) :]
@@ -476,7 +469,7 @@ def build(
                 env[n] = conform_result(res, avals[0], name)
         return [conform_result(env[r], a, "result") for r, a in zip(results, final, strict=True)]
 
-    return fn
+    return returning_checks(run) if p.checked else run
 
 
 def packed_dtype(dtype: torch.dtype) -> np.dtype:

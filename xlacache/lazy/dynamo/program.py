@@ -42,6 +42,7 @@ from ..executor import materialize
 from ..graph import DATA, Node, leaf_prefix
 from ..identity import lowering_fingerprint
 from ..lowering import jax_dtype, precision, x64
+from ..lowering.checks import SIGNATURE
 from ..record import assign
 from ..rng import compiled_key, compiled_state, state_words
 from ..state import STATE
@@ -385,7 +386,7 @@ class CompiledGraph:
             for i, d in zip(p.device_updates, update_dtypes, strict=True)
         ]
         if p.checked:
-            results.append([[], "int32"])
+            results.append(SIGNATURE)
         inputs = [[list(a.shape), np.dtype(a.dtype).name] for a in (*arrays, *packed)]
         signature = {"inputs": inputs, "outputs": results, "donated": list(self.donated)}
         avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (*arrays, *packed)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax.numpy as jnp
@@ -25,6 +25,7 @@ TARGET_PROBABILITY = 2  # binary_cross_entropy's target outside [0, 1]
 ZERO_DIVISION = 3  # an integer division or remainder by zero
 
 CHECKED_OPS: set[Any] = set()  # aten overloads whose lowering calls check
+SIGNATURE = [[], "int32"]  # the check output, as an executable's signature lists it
 
 _local = threading.local()
 
@@ -71,3 +72,14 @@ def check_output(flags: list[tuple[int, Any]]) -> Any:
     for kind, failed in flags:
         out = out | (failed.astype(jnp.int32) << kind)
     return out
+
+
+def returning_checks(run: Callable[..., list]) -> Callable[..., list]:
+    """``run`` (a program's function, returning its outputs) with its check output last."""
+
+    def fn(*args: Any) -> list:
+        with collecting() as flags:
+            out = run(*args)
+        return [*out, check_output(flags)]
+
+    return fn
