@@ -33,6 +33,7 @@ OPS = {
     "put": lambda x, i: x.clone().put_(i, torch.ones_like(i, dtype=x.dtype)),
     "nll_loss": lambda x, i: F.nll_loss(x.view(1, 6).expand(len(i), 6), i),
     "cross_entropy": lambda x, i: F.cross_entropy(x.view(1, 6).expand(len(i), 6), i),
+    "one_hot": lambda x, i: F.one_hot(i, 6) * x.to(torch.long),
 }
 # indices eager takes: negative ones where eager counts back (indexing, take, put)
 COUNTS_BACK = {"index", "index_put", "take", "put"}
@@ -169,6 +170,40 @@ def test_only_graphs_that_take_indices_carry_the_check():
     device_checks.raise_if_set()
     assert len(device_checks._pending) == 0
     assert y.cpu().tolist() == [2.0]
+
+
+@pytest.mark.parametrize(
+    ("classes", "num_classes"),
+    [([[0, 2], [1, 1]], 3), ([[0, 2], [1, 1]], -1), ([], 4), ([], -1), ([1], 0), ([0], 1)],
+)
+def test_one_hot_gives_eagers_values_and_errors(classes, num_classes):
+    x = torch.tensor(classes, dtype=torch.long)
+    try:
+        want = F.one_hot(x, num_classes)
+    except RuntimeError:  # eager on CPU checks the classes first: the device says why
+        with pytest.raises(RuntimeError, match="num_classes|empty"):
+            F.one_hot(x.to(DEV), num_classes).cpu()
+        return
+    got = F.one_hot(x.to(DEV), num_classes)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert torch.equal(got.cpu(), want)
+    with pytest.raises(RuntimeError, match="LongTensor"):
+        F.one_hot(x.to(DEV).int(), num_classes)
+
+
+def test_compiled_one_hot_past_num_classes_raises():
+    torch._dynamo.reset()
+    fn = torch.compile(lambda i, w: F.one_hot(i, 4).to(w.dtype) @ w, backend="xlacache")
+    w = torch.randn(4, 2)
+    before = metrics.counter_value("CompiledGraphExecute") or 0
+    for bad in (4, -1):
+        out = fn(torch.tensor([1, bad]).to(DEV), w.to(DEV))
+        with pytest.raises(DeviceIndexError):
+            out.cpu()
+    i = torch.tensor([3, 0, 2])
+    torch.testing.assert_close(fn(i.to(DEV), w.to(DEV)).cpu(), F.one_hot(i, 4).float() @ w)
+    assert (metrics.counter_value("CompiledGraphExecute") or 0) - before == 3  # none lazily
+    torch._dynamo.reset()
 
 
 def test_compiled_embedding_and_target_out_of_range_raise():

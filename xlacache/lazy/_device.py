@@ -9,7 +9,12 @@ Two things a C++ backend normally provides are set up here:
   because lazy tensors carry the Python dispatch key;
 * ``as_strided_``'s metadata kernel on the ``XLA`` key: torch's (a composite kernel for
   "non-functional" backends) leaves XLA out, and AOTAutograd's functional wrappers of ``xla``
-  fakes apply in-place view ops (``squeeze_``, ``transpose_``...) with it.
+  fakes apply in-place view ops (``squeeze_``, ``transpose_``...) with it;
+* ``one_hot`` on the ``AutogradXLA`` key: torch's composite kernel writes it as
+  ``eq(x.unsqueeze(-1), arange(n))`` for any tensor with the Python key (lazy tensors, and
+  the fakes ``torch.compile`` traces), where a class past ``n`` gives a row of zeros; its
+  kernel for the ``xla`` device itself scatters the ones and lets the scatter's device check
+  raise, and so does this one, for lazy tensors and in compiled graphs.
 
 The guard is registered at import (``install_guard``), as torch_xla's extension does: torch's
 autograd engine sizes its per-device queues once, at the process's first backward, from the
@@ -56,6 +61,9 @@ def install(
     strided_ = torch.ops.aten.as_strided_.default
     if not strided_.has_kernel_for_dispatch_key(torch._C.DispatchKey.XLA):  # torch_xla's wins
         lib.impl(strided_, _as_strided_, "XLA")
+    one_hot = torch.ops.aten.one_hot.default
+    if not one_hot.has_kernel_for_dispatch_key(torch._C.DispatchKey.AutogradXLA):
+        lib.impl(one_hot, _one_hot, "AutogradXLA")
     _state["libs"].append(lib)
     _state["done"] = True
 
@@ -70,6 +78,25 @@ def _as_strided_(t: torch.Tensor, size: Any, stride: Any, storage_offset: Any = 
     """Set ``t``'s sizes, strides and offset: the kernel torch runs for CPU tensors."""
     cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
     return torch.ops.aten.as_strided_.default.redispatch(cpu, t, size, stride, storage_offset)
+
+
+def _one_hot(x: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+    """``F.one_hot``: the kernel torch runs for ``xla`` tensors without the Python key (its
+    ``at::native::one_hot``): a class outside ``[0, num_classes)`` fails the scatter's index
+    check (``DeviceIndexError``, a ``RuntimeError`` as eager's), where torch's kernel for
+    tensors with the Python key (``eq`` with an ``arange``) gives a row of zeros."""
+    if x.dtype != torch.long:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if x.numel() == 0:
+        if num_classes <= 0:
+            raise RuntimeError("Can not infer total number of classes from empty tensor.")
+        return torch.empty((*x.shape, num_classes), dtype=x.dtype, device=x.device)
+    if num_classes == -1:
+        num_classes = int(x.max().item()) + 1
+    elif num_classes < 1:
+        raise RuntimeError("num_classes should be positive")
+    out = torch.zeros((*x.shape, num_classes), dtype=x.dtype, device=x.device)
+    return out.scatter_(-1, x.unsqueeze(-1), 1)
 
 
 def _bind(factory: Callable[[Any, tuple, dict], Any], op: Any) -> Callable[..., Any]:

@@ -41,8 +41,8 @@ FAILURES = {  # by bit, first the first raised
     INDEX: (
         DeviceIndexError,
         "xlacache.lazy: an index was out of range (indexing, index_put, gather, scatter, "
-        "index_select, embedding, take, put, or an nll_loss/cross_entropy target; eager "
-        f"raises IndexError there) {_ON_DEVICE}",
+        "index_select, embedding, take, put, a one_hot class, or an nll_loss/cross_entropy "
+        f"target; eager raises there) {_ON_DEVICE}",
     ),
     INPUT_PROBABILITY: (
         DeviceCheckError,
