@@ -34,6 +34,9 @@ OPS = {
     "nll_loss": lambda x, i: F.nll_loss(x.view(1, 6).expand(len(i), 6), i),
     "cross_entropy": lambda x, i: F.cross_entropy(x.view(1, 6).expand(len(i), 6), i),
     "one_hot": lambda x, i: F.one_hot(i, 6) * x.to(torch.long),
+    "max_unpool": lambda x, i: F.max_unpool1d(
+        x[: len(i)].view(1, 1, -1), i.view(1, 1, -1), 1, 3, 0, [6]
+    ),
 }
 # indices eager takes: negative ones where eager counts back (indexing, take, put)
 COUNTS_BACK = {"index", "index_put", "take", "put"}
@@ -71,6 +74,24 @@ def test_an_ignored_target_is_in_range():
     t = torch.tensor([1, -100, 4])
     want = F.cross_entropy(logits, t)
     torch.testing.assert_close(F.cross_entropy(logits.to(DEV), t.to(DEV)).cpu(), want)
+
+
+@pytest.mark.parametrize("sorter", [[1, 2, 0, 3], [1, 2, 4, 3], [1, -1, 0, 3]])
+def test_a_searchsorted_sorter_out_of_range_raises(sorter):
+    seq, x, sorter = (
+        torch.tensor([3.0, 1.0, 2.0, 5.0]),
+        torch.tensor([2.5, 0.0]),
+        torch.tensor(sorter),
+    )
+    try:
+        want = torch.searchsorted(seq, x, sorter=sorter)
+    except RuntimeError:
+        with pytest.raises(DeviceIndexError):
+            torch.searchsorted(seq.to(DEV), x.to(DEV), sorter=sorter.to(DEV)).cpu()
+        return
+    assert torch.equal(
+        torch.searchsorted(seq.to(DEV), x.to(DEV), sorter=sorter.to(DEV)).cpu(), want
+    )
 
 
 def test_the_error_is_an_index_error_and_a_runtime_error():

@@ -1,7 +1,8 @@
 """Checks the device ran, read back as CUDA reports a device-side assert.
 
 A program whose graph holds an op that eager checks on values (``lowering.checks``: indices
-out of range, probabilities outside [0, 1], integer division by zero) returns one more value:
+out of range, probabilities outside [0, 1], integer division by zero, a random draw's
+parameters) returns one more value:
 which checks failed (eager raises there; XLA clamps an index, fills a gather, computes the log
 of a negative number). The runtime keeps those outputs and reads them when values come back to
 the host (``.cpu()``, ``.item()``, printing: the read waits for the device anyway), at
@@ -19,7 +20,14 @@ from typing import Any
 import numpy as np
 
 from . import metrics
-from .lowering.checks import INDEX, INPUT_PROBABILITY, TARGET_PROBABILITY, ZERO_DIVISION
+from .lowering.checks import (
+    BERNOULLI_P,
+    INDEX,
+    INPUT_PROBABILITY,
+    NORMAL_STD,
+    TARGET_PROBABILITY,
+    ZERO_DIVISION,
+)
 
 # outputs kept before the oldest is read (it ran long ago: reading it does not wait)
 MAX_PENDING = 256
@@ -57,6 +65,15 @@ FAILURES = {  # by bit, first the first raised
     ZERO_DIVISION: (
         DeviceCheckError,
         f"xlacache.lazy: ZeroDivisionError (an integer division or remainder by zero) {_ON_DEVICE}",
+    ),
+    BERNOULLI_P: (
+        DeviceCheckError,
+        "xlacache.lazy: bernoulli expects all elements of p to be in [0, 1] (eager: Expected "
+        f"p_in >= 0 && p_in <= 1 to be true, but got false) {_ON_DEVICE}",
+    ),
+    NORMAL_STD: (
+        DeviceCheckError,
+        f"xlacache.lazy: normal expects all elements of std >= 0.0 {_ON_DEVICE}",
     ),
 }
 

@@ -15,6 +15,7 @@ import torch
 from . import rng
 from .dispatch import SPECIAL, special
 from .graph import RANDOM, Node, placeholder
+from .lowering.random import CHECKED_DRAWS, check_numbers
 from .record import assign, value
 from .tensor import LazyTensor, wrap
 
@@ -23,17 +24,21 @@ aten = torch.ops.aten
 
 def random_tensor(kind: str, shape: tuple, dtype: torch.dtype, params: tuple, kw: dict) -> Any:
     """A lazy tensor of random numbers drawn from the device RNG."""
+    params = (*params, *[kw[k] for k in sorted(kw) if k != "generator"])
+    check_numbers(kind, params)
     leaf, idx = rng.key_for(kw.get("generator"))
     inputs: list[tuple[Node, int]] = [(leaf, 0)]
     static = []
-    for p in list(params) + [kw[k] for k in sorted(kw) if k != "generator"]:
+    for p in params:
         if isinstance(p, LazyTensor):
             inputs.append(value(p))
             static.append(placeholder(len(inputs) - 1))
         else:
             static.append(p)
     shape = tuple(shape)
-    node = Node(RANDOM, tuple(inputs), (kind, idx, shape, dtype, tuple(static)), ((shape, dtype),))
+    attrs = (kind, idx, shape, dtype, tuple(static))
+    checks = CHECKED_DRAWS.get(kind) if len(inputs) > 1 else None  # its tensors' values
+    node = Node(RANDOM, tuple(inputs), attrs, ((shape, dtype),), checks)
     return wrap(torch.empty(shape, dtype=dtype, device="meta"), (node, 0))
 
 
@@ -66,6 +71,13 @@ def _bernoulli(args: tuple, kwargs: dict) -> LazyTensor:
     return random_tensor("bernoulli_tensor", tuple(t.shape), t.dtype, (t,), gen)
 
 
+@special(aten.bernoulli.Tensor)
+def _bernoulli_tensor_p(args: tuple, kwargs: dict) -> LazyTensor:
+    t, p = args[0], args[1] if len(args) > 1 else kwargs["p"]
+    gen = {"generator": kwargs.get("generator")}
+    return random_tensor("bernoulli_", tuple(t.shape), t.dtype, (p,), gen)
+
+
 @special(aten.native_dropout.default)
 def _native_dropout(args: tuple, kwargs: dict) -> Any:
     x, p, train = args[0], args[1], args[2] if len(args) > 2 else kwargs.get("train")
@@ -89,6 +101,17 @@ def _normal_functional(args: tuple, kwargs: dict) -> LazyTensor:
     std = args[2] if len(args) > 2 else kwargs.get("std", 1.0)
     gen = {"generator": kwargs.get("generator")}
     return random_tensor("normal_", tuple(t.shape), t.dtype, (mean, std), gen)
+
+
+@special(aten.normal.Tensor_Tensor, aten.normal.Tensor_float, aten.normal.float_Tensor)
+def _normal(args: tuple, kwargs: dict) -> LazyTensor:
+    """``torch.normal`` with a tensor mean or std: one draw, its std checked on the device."""
+    mean = args[0] if args else kwargs.get("mean", 0.0)
+    std = args[1] if len(args) > 1 else kwargs.get("std", 1.0)
+    meta = [a._c._meta if isinstance(a, LazyTensor) else a for a in (mean, std)]
+    out = torch.normal(*meta)
+    gen = {"generator": kwargs.get("generator")}
+    return random_tensor("normal_", tuple(out.shape), out.dtype, (mean, std), gen)
 
 
 special(aten.rand_like.default)(partial(_like, "uniform_"))

@@ -19,7 +19,7 @@ import torch
 from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
 from .identity import PLACEHOLDERS as _PLACEHOLDERS
 from .identity import encode, node_prefix
-from .lowering import LOWERINGS, STATIC_SCALAR_OPS, precision
+from .lowering import ARGUMENT_CHECKS, LOWERINGS, STATIC_SCALAR_OPS, precision
 from .state import STATE
 from .tensor import Cell, LazyTensor, contiguous_meta, new_lazy, tracing_nested
 from .transfer import to_device
@@ -417,7 +417,10 @@ def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple:
     """The ``_META_CACHE`` value of ``func`` on these inputs but its last item (runs the meta
     kernel): the op, its output metas, avals, node-digest prefix, multi-output container type
     (or None), and the layout of each output eager would not lay out contiguously (else None;
-    ``Cell._lay``)."""
+    ``Cell._lay``). Raises eager's error where an argument check (``ARGUMENT_CHECKS``) fails."""
+    argument_check = ARGUMENT_CHECKS.get(func)
+    if argument_check is not None:
+        argument_check(*margs, **mkw)
     try:
         mout = func(*margs, **mkw)
     except Exception as e:  # noqa: BLE001 - re-raised with the op's name

@@ -86,6 +86,9 @@ INTERNALS = (
     Internal("torch._C.DispatchKeySet", "_device: as_strided_ on the XLA key (CPU's kernel)"),
     Internal("torch._C.DispatchKey.CPU", "_device: as_strided_ on the XLA key (CPU's kernel)"),
     Internal("torch._C.DispatchKey.XLA", "_device: as_strided_ on the XLA key"),
+    Internal(
+        "torch._C.DispatchKey.AutogradXLA", "_device: one_hot's xla kernel (unless one is there)"
+    ),
     Internal("torch._ops.OpOverload.redispatch", "_device: as_strided_ on the XLA key"),
     Internal("torch._C._dispatch_tls_local_exclude_set", "autocast: the AutocastXLA key"),
     Internal("torch._C._ExcludeDispatchKeyGuard", "autocast: an op below AutocastXLA"),

@@ -31,6 +31,7 @@ from ..lowering import LOWERINGS
 from ..state import STATE
 from ..tensor import LazyTensor
 from . import aot_cache, lower
+from .draws import RANDOM
 from .program import CompiledGraph, LazyGraph, note_fallback
 
 aten = torch.ops.aten
@@ -43,6 +44,7 @@ def decompositions() -> dict[Any, Any]:
     if not table:
         every = {**decomposition_table, **core_aten_decompositions()}
         keep = {aten.lift_fresh.default, aten.lift.default}  # how tracing takes in constants
+        keep |= RANDOM.keys()  # drawn as the lazy runtime draws (their parameters checked)
         table.update({op: f for op, f in every.items() if op not in LOWERINGS and op not in keep})
     return table
 

@@ -25,6 +25,7 @@ from torch.fx.node import map_aggregate
 
 from .. import rng
 from ..lowering import lower_random
+from ..lowering.random import check_numbers
 
 aten, prims = torch.ops.aten, torch.ops.prims
 
@@ -36,9 +37,13 @@ RANDOM: dict[Any, tuple[str, Callable[..., tuple]]] = {
     aten.randn.default: ("normal_", lambda size, **kw: ()),
     aten.bernoulli.p: ("bernoulli_", lambda x, p=0.5, **kw: (p,)),
     aten.bernoulli.default: ("bernoulli_tensor", lambda x, **kw: (x,)),
+    aten.bernoulli.Tensor: ("bernoulli_", lambda x, p, **kw: (p,)),
     aten.uniform.default: ("uniform_", lambda x, lo=0.0, hi=1.0, **kw: (lo, hi)),
     aten.exponential.default: ("exponential_", lambda x, lambd=1.0, **kw: (lambd,)),
     aten.normal_functional.default: ("normal_", lambda x, mean=0.0, std=1.0, **kw: (mean, std)),
+    aten.normal.Tensor_Tensor: ("normal_", lambda mean, std, **kw: (mean, std)),
+    aten.normal.Tensor_float: ("normal_", lambda mean, std=1.0, **kw: (mean, std)),
+    aten.normal.float_Tensor: ("normal_", lambda mean, std, **kw: (mean, std)),
     prims.uniform.default: ("uniform_", lambda shape, *, low, high, **kw: (low, high)),
     prims.normal.default: ("normal_", lambda shape, *, mean, std, **kw: (mean, std)),
 }
@@ -102,6 +107,12 @@ def unlowerable(n: Node) -> str | None:
         return f"{n.target} of {op}, which has no lowering"
     if n.kwargs.get("generator") is not None:
         return f"{op} draws from a generator of its own"
+    if n.target in RANDOM:
+        kind, params = RANDOM[op]
+        try:
+            check_numbers(kind, params(*n.args, **n.kwargs))
+        except RuntimeError as e:  # run lazily: the lazy runtime raises it, as eager does
+            return f"{op}: {e}"
     return None
 
 

@@ -36,7 +36,7 @@ from torch.fx.node import map_aggregate
 
 from ..executor import conform_result
 from ..foreach import foreach_element
-from ..lowering import LOWERINGS, jax_dtype, precision
+from ..lowering import ARGUMENT_CHECKS, LOWERINGS, jax_dtype, precision
 from ..lowering.checks import CHECKED_OPS, returning_checks
 from ..lowering.elementwise import register_fma
 from ..lowering.indexing import histc_lowered
@@ -223,6 +223,8 @@ def _unlowerable(gm: GraphModule, nodes: list[Node], ints: set[Node]) -> str | N
                 continue
             if _lowering(t) is None:
                 return f"{t} has no lowering"
+            if (refused := _refused(n)) is not None:
+                return refused
             if t is aten.histc.default and not histc_lowered(n.args[0].meta["val"].dtype):
                 return "histc of floating values runs on the CPU (lowering.indexing._histc)"
             for v in _vals(n):
@@ -230,6 +232,22 @@ def _unlowerable(gm: GraphModule, nodes: list[Node], ints: set[Node]) -> str | N
                     return f"{t} returns {type(v).__name__}"
         elif n.op not in ("placeholder", "output"):
             return f"{n.op} node {n.name}"
+    return None
+
+
+def _refused(n: Node) -> str | None:
+    """Eager's error for an argument of ``n`` its argument check refuses (``ARGUMENT_CHECKS``):
+    the graph runs lazily, where the op raises it."""
+    argument_check = ARGUMENT_CHECKS.get(n.target)
+    if argument_check is None:
+        return None
+    args, kwargs = map_aggregate(
+        (n.args, n.kwargs), lambda a: a.meta.get("val") if isinstance(a, Node) else a
+    )
+    try:
+        argument_check(*args, **kwargs)
+    except RuntimeError as e:
+        return f"{n.target}: {e}"
     return None
 
 

@@ -1,6 +1,7 @@
 """Checks inside programs: where eager raises on values (an index out of range, a
-probability outside [0, 1], an integer division by zero), XLA computes on (it clamps an
-index, fills a gather, takes the log of a negative number, returns some integer).
+probability outside [0, 1], an integer division by zero, a negative standard deviation), XLA
+computes on (it clamps an index, fills a gather, takes the log of a negative number, returns
+some integer, draws with the parameters given).
 
 A lowering that eager checks calls ``check`` (``in_range`` for indices); while a graph is
 being lowered (``collecting``), each call adds a flag to the program, and the program returns
@@ -23,6 +24,8 @@ INDEX = 0  # an index out of range
 INPUT_PROBABILITY = 1  # binary_cross_entropy's input outside [0, 1]
 TARGET_PROBABILITY = 2  # binary_cross_entropy's target outside [0, 1]
 ZERO_DIVISION = 3  # an integer division or remainder by zero
+BERNOULLI_P = 4  # bernoulli's probabilities (a tensor) outside [0, 1]
+NORMAL_STD = 5  # normal's standard deviations (a tensor) below 0
 
 CHECKED_OPS: set[Any] = set()  # aten overloads whose lowering calls check
 SIGNATURE = [[], "int32"]  # the check output, as an executable's signature lists it

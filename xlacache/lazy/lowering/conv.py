@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from jax import lax
 
+from .checks import checked, in_range
 from .precision import conv_precision
 from .registry import lowest, reg, upcast
 
@@ -318,3 +319,19 @@ reg(aten.adaptive_max_pool3d_backward.default)(
 
 reg(aten._adaptive_avg_pool2d_backward.default)(partial(_adaptive_avg_bwd, 2))
 reg(aten._adaptive_avg_pool3d_backward.default)(partial(_adaptive_avg_bwd, 3))
+
+
+def _max_unpool(x: Any, indices: Any, output_size: Any, *_: Any) -> Any:
+    """``max_unpool2d``/``3d``: each value to its index in its plane of ``output_size``; an
+    index outside the plane fails the check (eager: "Found an invalid max index")."""
+    plane = math.prod(output_size)
+    in_range(indices, plane)
+    lead = x.shape[: x.ndim - len(output_size)]
+    rows = math.prod(lead)
+    flat_x, flat_i = x.reshape(rows, -1), indices.reshape(rows, -1)
+    out = jnp.zeros((rows, plane), x.dtype).at[jnp.arange(rows)[:, None], flat_i].set(flat_x)
+    return out.reshape(*lead, *output_size)
+
+
+reg(aten.max_unpool2d.default, aten.max_unpool3d.default)(_max_unpool)
+checked(aten.max_unpool2d.default, aten.max_unpool3d.default)

@@ -18,7 +18,7 @@ from jax import lax
 
 from .checks import ZERO_DIVISION, check, checked
 from .dtypes import floating, promote, result_dtype
-from .registry import LOWERINGS, real_sign, reg_opmath, scaled
+from .registry import LOWERINGS, argument_check, real_sign, reg_opmath, scaled
 from .registry import reg as reg_plain
 
 aten = torch.ops.aten
@@ -125,6 +125,13 @@ checked(
     aten.fmod.Tensor,
     aten.fmod.Scalar,
 )
+
+
+@argument_check(aten.pow.Tensor_Scalar)
+def _no_negative_integer_power(base: torch.Tensor, exponent: Any) -> None:
+    integral = not (base.dtype.is_floating_point or base.dtype.is_complex)
+    if integral and type(exponent) is int and exponent < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
 
 
 @reg(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)

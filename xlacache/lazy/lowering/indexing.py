@@ -240,6 +240,7 @@ def _searchsorted(
 ) -> Any:
     right = right or side == "right"
     if sorter is not None:
+        in_range(sorter, seq.shape[-1])
         seq = jnp.take_along_axis(seq, sorter, -1)
     x = jnp.asarray(x)
     scalar = x.ndim == 0
@@ -303,6 +304,8 @@ scalar_as_vector(
 
 
 checked(
+    aten.searchsorted.Tensor,
+    aten.searchsorted.Scalar,
     aten.index_select.default,
     aten.gather.default,
     aten.scatter.src,

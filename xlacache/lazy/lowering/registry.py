@@ -64,6 +64,10 @@ def opmath(fn: Fn) -> Fn:
 
 
 reg = registrar(LOWERINGS, "a lowering")  # ``@reg(aten.op.overload, ...)``
+# checks of an op's arguments eager makes that its meta kernel does not (on an argument's
+# value: a negative integer exponent), run with the meta kernel's arguments when it runs
+ARGUMENT_CHECKS: dict[Any, Fn] = {}
+argument_check = registrar(ARGUMENT_CHECKS, "an argument check")
 # the same, for math on low-precision floats (elementwise, reductions, special functions)
 reg_opmath = registrar(LOWERINGS, "a lowering", opmath)
 
