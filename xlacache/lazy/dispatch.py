@@ -30,7 +30,7 @@ from .autocast import CPU_AUTOCAST_OPS, warn_cpu_autocast
 from .executor import to_cpu
 from .foreach import foreach_element
 from .identity import UnencodableAttribute
-from .lowering import LOWERINGS
+from .lowering import ARGUMENT_CHECKS, LOWERINGS
 from .lowering.elementwise import register_fma
 from .lowering.registry import registrar
 from .record import assign, record, track_view
@@ -136,6 +136,9 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
             res = dispatch(f, args, kwargs)
             assign(args[0], res if isinstance(res, LazyTensor) else res[0])
             return args[0]
+    argument_check = ARGUMENT_CHECKS.get(func)  # eager's, which a decomposition may lack
+    if argument_check is not None:
+        argument_check(*args, **kwargs)
     d = _CORE_DECOMP.get(func) or decomposition_table.get(func)
     if d is not None:
         r = d(*args, **kwargs)

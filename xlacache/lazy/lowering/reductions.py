@@ -73,7 +73,12 @@ reg(aten._is_all_true.default)(jnp.all)
 @reg(aten.var.correction)
 def _var(x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
     ddof = 1 if correction is None else correction
-    return jnp.var(upcast(x), axis=norm_dims(dim, x.ndim), ddof=ddof, keepdims=keepdim)
+    axes = norm_dims(dim, x.ndim)
+    n = math.prod(x.shape[a] for a in (range(x.ndim) if axes is None else axes))
+    if n - ddof > 0:
+        return jnp.var(upcast(x), axis=axes, ddof=ddof, keepdims=keepdim)
+    # eager divides by max(0, n - correction): inf, or NaN where every value is the mean
+    return jnp.var(upcast(x), axis=axes, keepdims=keepdim) * n / 0.0
 
 
 reg(aten.std.correction)(lambda *a, **k: jnp.sqrt(_var(*a, **k)))
@@ -88,12 +93,19 @@ reg(aten.logsumexp.default)(
         upcast(x), norm_dims(dim, x.ndim), keepdims=keepdim
     )
 )
-reg(aten.cumsum.default)(
-    lambda x, dim, dtype=None: jnp.cumsum(x, norm_dim(dim, x.ndim), jdt(dtype))
-)
-reg(aten.cumprod.default)(
-    lambda x, dim, dtype=None: jnp.cumprod(x, norm_dim(dim, x.ndim), jdt(dtype))
-)
+def _accumulated(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``cumsum``/``cumprod``: integers and bools accumulate in int64, as eager's do."""
+
+    def lowered(x: Any, dim: int, dtype: Any = None) -> Any:
+        integral = jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_
+        out = jdt(dtype) if dtype is not None else jnp.int64 if integral else None
+        return fn(x, norm_dim(dim, x.ndim), out)
+
+    return lowered
+
+
+reg(aten.cumsum.default)(_accumulated(jnp.cumsum))
+reg(aten.cumprod.default)(_accumulated(jnp.cumprod))
 
 
 @reg(aten.linalg_vector_norm.default)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import torch
 
-from .registry import reg, upcast
+from .registry import argument_check, reg, upcast
 
 aten = torch.ops.aten
 _HIGHEST = jax.lax.Precision.HIGHEST  # exact sums, never a reduced-precision product
@@ -154,3 +154,19 @@ def _masked_scatter_bwd(g: Any, mask: Any, sizes: Any) -> Any:
     pos = jnp.where(m, jnp.cumsum(m.astype(jnp.int64)) - 1, n)
     out = jnp.zeros((n,), g.dtype).at[pos].set(g.reshape(-1), mode="drop")
     return out.reshape(tuple(sizes))
+
+
+@argument_check(
+    aten.reflection_pad1d.default, aten.reflection_pad2d.default, aten.reflection_pad3d.default
+)
+def _reflection_within_input(x: Any, pad: Any) -> None:
+    """Eager's check: a reflection reaches no further than the input (torch's decomposition
+    of the op would read past it)."""
+    for i in range(len(pad) // 2):
+        dim, lo, hi = x.dim() - 1 - i, pad[2 * i], pad[2 * i + 1]
+        if lo >= x.shape[dim] or hi >= x.shape[dim]:
+            raise RuntimeError(
+                f"Argument #{4 + 2 * i}: Padding size should be less than the corresponding "
+                f"input dimension, but got: padding ({lo}, {hi}) at dimension {dim} of input "
+                f"{list(x.shape)}"
+            )

@@ -1,0 +1,73 @@
+"""Values at the edges of what eager defines, lazily and compiled: integer cumulative sums
+and products accumulate in int64, a variance whose correction leaves no degrees of freedom
+divides by zero, a reflection pad reaching past its input raises eager's error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xlacache.lazy as xl
+
+DEV = xl.device()
+
+
+def _run(fn, compiled):
+    if not compiled:
+        return fn
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="xlacache")
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+@pytest.mark.parametrize("op", ["cumsum", "cumprod"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int8, torch.bool, torch.float32])
+def test_cumulative_ops_accumulate_in_eagers_dtype(op, dtype, compiled):
+    x = torch.tensor([2**30, 2**30, 3], dtype=torch.int64).to(dtype)
+    if op == "cumprod" and dtype is torch.int32:
+        x = torch.tensor([2**20, 2**20, 3], dtype=dtype)
+    want = getattr(x, op)(0)
+    got = _run(lambda t: getattr(t, op)(0), compiled)(x.to(DEV)).cpu()
+    assert got.dtype == want.dtype
+    assert torch.equal(got, want)
+
+
+@pytest.mark.filterwarnings("ignore:.*degrees of freedom is <= 0")
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+@pytest.mark.parametrize("correction", [0, 1, 2, 3])
+def test_a_variance_without_degrees_of_freedom_is_eagers(correction, compiled):
+    x = torch.tensor([[1.0, 1.0], [1.0, 3.0]])
+
+    def stats(t):
+        return (
+            t.var(1, correction=correction),
+            t.std(correction=correction),
+            *torch.var_mean(t, 0, correction=correction),
+        )
+
+    for got, want in zip(_run(stats, compiled)(x.to(DEV)), stats(x), strict=True):
+        torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    ("shape", "pad"),
+    [
+        ((1, 1, 5), (0, 5)),
+        ((1, 1, 5), (5, 0)),
+        ((1, 3, 3), (1, 1, 3, 0)),
+        ((1, 2, 2, 2), (0, 0, 0, 0, 2, 0)),
+    ],
+)
+def test_a_reflection_past_the_input_raises_eagers_error(shape, pad):
+    x = torch.arange(float(torch.Size(shape).numel())).view(shape)
+    with pytest.raises(RuntimeError, match="Padding size should be less") as eager:
+        F.pad(x, pad, mode="reflect")
+    argument = str(eager.value).split(":")[0]
+    with pytest.raises(RuntimeError, match=f"{argument}: Padding size should be less"):
+        F.pad(x.to(DEV), pad, mode="reflect").cpu()
+    sizes = [s for s in reversed(shape) for _ in (0, 1)][: len(pad)]  # each pad's dimension
+    inside = tuple(min(p, s - 1) for p, s in zip(pad, sizes, strict=True))
+    torch.testing.assert_close(
+        F.pad(x.to(DEV), inside, mode="reflect").cpu(), F.pad(x, inside, mode="reflect")
+    )
