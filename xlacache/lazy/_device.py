@@ -63,7 +63,7 @@ def install(
         lib.impl(strided_, _as_strided_, "XLA")
     one_hot = torch.ops.aten.one_hot.default
     if not one_hot.has_kernel_for_dispatch_key(torch._C.DispatchKey.AutogradXLA):
-        lib.impl(one_hot, _one_hot, "AutogradXLA")
+        lib.impl(one_hot, xla_one_hot, "AutogradXLA")
     _state["libs"].append(lib)
     _state["done"] = True
 
@@ -80,7 +80,7 @@ def _as_strided_(t: torch.Tensor, size: Any, stride: Any, storage_offset: Any = 
     return torch.ops.aten.as_strided_.default.redispatch(cpu, t, size, stride, storage_offset)
 
 
-def _one_hot(x: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
+def xla_one_hot(x: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
     """``F.one_hot``: the kernel torch runs for ``xla`` tensors without the Python key (its
     ``at::native::one_hot``): a class outside ``[0, num_classes)`` fails the scatter's index
     check (``DeviceIndexError``, a ``RuntimeError`` as eager's), where torch's kernel for

@@ -19,7 +19,7 @@ import torch
 from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
 from .identity import PLACEHOLDERS as _PLACEHOLDERS
 from .identity import encode, node_prefix
-from .lowering import ARGUMENT_CHECKS, LOWERINGS, STATIC_SCALAR_OPS, precision
+from .lowering import ARGUMENT_CHECKS, LOWERINGS, META_KERNELS, STATIC_SCALAR_OPS, precision
 from .state import STATE
 from .tensor import Cell, LazyTensor, contiguous_meta, new_lazy, tracing_nested
 from .transfer import to_device
@@ -421,14 +421,15 @@ def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple:
     argument_check = ARGUMENT_CHECKS.get(func)
     if argument_check is not None:
         argument_check(*margs, **mkw)
+    meta = META_KERNELS.get(func, func)
     try:
-        mout = func(*margs, **mkw)
+        mout = meta(*margs, **mkw)
     except Exception as e:  # noqa: BLE001 - re-raised with the op's name
         numbers = _scalars_as_numbers(func, margs)
         try:
             if numbers is None:
                 raise
-            mout = func(*numbers, **mkw)
+            mout = meta(*numbers, **mkw)
         except Exception:  # noqa: BLE001
             raise RuntimeError(f"xlacache.lazy: shape inference failed for {func}: {e}") from e
     if isinstance(mout, torch.Tensor) and (mout.is_conj() or mout.is_neg()):

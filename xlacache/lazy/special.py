@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ._device import xla_one_hot
 from .dispatch import cpu_fallback, dispatch, special
 from .executor import to_cpu
 from .lowering.indexing import histc_lowered
@@ -82,7 +83,7 @@ def _copy(args: tuple, kwargs: dict) -> Any:
     return record(aten.clone.default, (out,), {})
 
 
-@special(aten._local_scalar_dense.default)
+@special(aten._local_scalar_dense.default, aten.item.default)
 def _item(args: tuple, kwargs: dict) -> Any:
     untraced()  # a read
     return to_cpu(args[0]).item()
@@ -266,3 +267,9 @@ def _amp_update_scale_(args: tuple, kwargs: dict) -> LazyTensor:
     zero = torch.zeros_like(tracker)
     assign(tracker, torch.where(found | grow, zero, clean))
     return scale
+
+
+@special(aten.one_hot.default)
+def _one_hot(args: tuple, kwargs: dict) -> Any:
+    """``one_hot`` below autograd (``torch.inference_mode``), as above it (``_device``)."""
+    return xla_one_hot(*args, **kwargs)

@@ -55,10 +55,11 @@ from . import (  # noqa: F401
 )
 from .dtypes import BIT_VIEWS, cast, jax_dtype, x64
 from .random import lower_random
-from .registry import ARGUMENT_CHECKS, LOWERINGS, STATIC_SCALAR_OPS, reg
+from .registry import ARGUMENT_CHECKS, LOWERINGS, META_KERNELS, STATIC_SCALAR_OPS, reg
 
 __all__ = [
     "ARGUMENT_CHECKS",
+    "META_KERNELS",
     "BIT_VIEWS",
     "LOWERINGS",
     "STATIC_SCALAR_OPS",

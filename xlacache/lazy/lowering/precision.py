@@ -43,7 +43,9 @@ ATTRIBUTE = "fp32_precision"  # the keyword argument a lowering receives
 # the ops whose float32 precision follows the settings, and which setting
 OPS: dict[Any, str] = {
     **dict.fromkeys(
-        aten_ops("mm", "bmm", "matmul", "dot", "mv", "addmm", "baddbmm", "addmv", "addbmm"),
+        aten_ops(
+            "mm", "bmm", "matmul", "dot", "mv", "addmm", "baddbmm", "addmv", "addbmm", "_grouped_mm"
+        ),
         MATMUL,
     ),
     **dict.fromkeys(aten_ops("convolution", "convolution_backward"), CONV),

@@ -93,6 +93,8 @@ reg(aten.logsumexp.default)(
         upcast(x), norm_dims(dim, x.ndim), keepdims=keepdim
     )
 )
+
+
 def _accumulated(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``cumsum``/``cumprod``: integers and bools accumulate in int64, as eager's do."""
 

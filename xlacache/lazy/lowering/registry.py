@@ -68,6 +68,9 @@ reg = registrar(LOWERINGS, "a lowering")  # ``@reg(aten.op.overload, ...)``
 # value: a negative integer exponent), run with the meta kernel's arguments when it runs
 ARGUMENT_CHECKS: dict[Any, Fn] = {}
 argument_check = registrar(ARGUMENT_CHECKS, "an argument check")
+# shape inference for ops whose meta kernel refuses what their eager kernel takes
+META_KERNELS: dict[Any, Fn] = {}
+meta_kernel = registrar(META_KERNELS, "a meta kernel")
 # the same, for math on low-precision floats (elementwise, reductions, special functions)
 reg_opmath = registrar(LOWERINGS, "a lowering", opmath)
 

@@ -1,0 +1,114 @@
+"""``torch._grouped_mm`` (mixture-of-experts layers, as transformers' MoE experts call it) is
+lowered, a ragged dot: eager's values and gradients where eager defines them, for each of its
+four forms, lazily and compiled, with no CPU fallback."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import xlacache.lazy as xl
+from xlacache.lazy import metrics
+
+DEV = xl.device()
+G, M, K, N = 3, 10, 8, 8
+OFFS = torch.tensor([3, 3, 8], dtype=torch.int32)  # an empty group; rows 8, 9 in none
+
+# (a, b, offs, the part of the output eager writes): each form of the op
+FORMS = {
+    "2d x 3d": ((M, K), (G, K, N), OFFS, (slice(0, 8),)),
+    "3d x 2d": (
+        (G, M, K),
+        (K, 12),
+        torch.tensor([4, 4, 10], dtype=torch.int32),
+        (slice(None), slice(0, 10)),
+    ),
+    "2d x 2d": ((M, 12), (12, N), torch.tensor([4, 4, 12], dtype=torch.int32), (slice(None),)),
+    "3d x 3d": ((G, M, K), (G, K, N), None, (slice(None),)),
+}
+
+
+def _fallbacks() -> int:
+    return metrics.counter_value("aten::_grouped_mm") or 0
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_each_form_gives_eagers_values_and_gradients(form):
+    a_shape, b_shape, offs, written = FORMS[form]
+    torch.manual_seed(0)
+    a = torch.randn(a_shape, requires_grad=True)
+    b = torch.randn(b_shape, requires_grad=True)
+    ad, bd = (t.detach().to(DEV).requires_grad_() for t in (a, b))
+    before = _fallbacks()
+    want = torch._grouped_mm(a, b, offs)
+    got = torch._grouped_mm(ad, bd, None if offs is None else offs.to(DEV))
+    weights = torch.randn(want.shape)
+    (want[written] * weights[written]).sum().backward()
+    (got[written] * weights.to(DEV)[written]).sum().backward()
+    torch.testing.assert_close(got.cpu()[written], want[written])
+    # a gradient eager's kernel computes is defined only where its own output was written:
+    # rows (columns) of no group get no gradient here, and garbage there
+    rows = slice(0, 8) if form == "2d x 3d" else slice(None)
+    torch.testing.assert_close(ad.grad.cpu()[rows], a.grad[rows])
+    cols = (slice(None), slice(0, 10)) if form == "3d x 2d" else (slice(None),)
+    torch.testing.assert_close(bd.grad.cpu()[cols], b.grad[cols])
+    assert _fallbacks() == before
+    if form == "2d x 3d":  # rows past the last offset are zero (eager leaves them unwritten)
+        assert got.cpu()[8:].abs().max() == 0
+
+
+def test_bfloat16_accumulates_in_float32_and_compiles():
+    torch.manual_seed(0)
+    a, b = torch.randn(M, K, dtype=torch.bfloat16), torch.randn(G, K, N, dtype=torch.bfloat16)
+    want = torch._grouped_mm(a, b, OFFS)[:8]
+    assert torch.equal(torch._grouped_mm(a.to(DEV), b.to(DEV), OFFS.to(DEV)).cpu()[:8], want)
+    torch._dynamo.reset()
+    fn = torch.compile(lambda a, b, o: torch._grouped_mm(a, b, o) * 2, backend="xlacache")
+    before = metrics.counter_value("CompiledGraphExecute") or 0
+    got = fn(a.to(DEV), b.to(DEV), OFFS.to(DEV)).cpu()[:8]
+    assert torch.equal(got, want * 2)
+    assert (metrics.counter_value("CompiledGraphExecute") or 0) == before + 1
+    torch._dynamo.reset()
+
+
+def test_bad_arguments_raise_eagers_errors():
+    a, b = torch.randn(M, K).to(DEV), torch.randn(G, K, N).to(DEV)
+    with pytest.raises(RuntimeError, match="Have to provide offsets"):
+        torch._grouped_mm(a, b)
+    with pytest.raises(RuntimeError, match="int32"):
+        torch._grouped_mm(a, b, OFFS.long().to(DEV))
+    with pytest.raises(RuntimeError, match="batch sizes have to match"):
+        torch._grouped_mm(a, b, OFFS[:2].to(DEV))
+    with pytest.raises(RuntimeError, match="contraction dimension"):
+        torch._grouped_mm(torch.randn(M, K + 1).to(DEV), b, OFFS.to(DEV))
+
+
+@pytest.mark.slow
+def test_a_mixtral_trains_as_in_eager_without_cpu_fallback():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.MixtralConfig(
+        vocab_size=96,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        max_position_embeddings=40,
+    )
+    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(1))
+    losses = {}
+    for device in ("cpu", DEV):
+        torch.manual_seed(0)
+        model = transformers.MixtralForCausalLM(config).to(device).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        losses[str(device)] = []
+        for _ in range(3):
+            loss = model(input_ids=ids.to(device), labels=ids.to(device)).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses[str(device)].append(loss.item())
+    torch.testing.assert_close(losses[str(DEV)], losses["cpu"], rtol=1e-4, atol=1e-5)
+    assert _fallbacks() == 0
