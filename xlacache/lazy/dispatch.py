@@ -9,7 +9,8 @@
    depends on the data (boolean-mask indexing, ``nonzero``...: CPU);
 3. a rewrite: in-place and ``out=`` ops become their functional op plus an assignment,
    ``_foreach_*`` ops a loop over the functional op;
-4. PyTorch's decompositions (``torch._decomp``), then ``CompositeImplicitAutograd``;
+4. the op's ``CompositeImplicitAutograd`` kernel (as in eager), else PyTorch's decompositions
+   (``torch._decomp``);
 5. the CPU fallback (counted as ``aten::<op>``, as torch_xla does; an error with
    ``XLACACHE_LAZY_FALLBACK=0``).
 """
@@ -139,14 +140,17 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
     argument_check = ARGUMENT_CHECKS.get(func)  # eager's, which a decomposition may lack
     if argument_check is not None:
         argument_check(*args, **kwargs)
+    # an op with a CompositeImplicitAutograd kernel reaches here only below autograd
+    # (``torch.inference_mode``): that kernel, which eager runs everywhere, comes first (the
+    # tables' references may differ: ``nll_loss``'s indexes with the ignored class)
+    r = func.decompose(*args, **kwargs)
+    if r is not NotImplemented:
+        return r
     d = _CORE_DECOMP.get(func) or decomposition_table.get(func)
     if d is not None:
         r = d(*args, **kwargs)
         if r is not NotImplemented:
             return r
-    r = func.decompose(*args, **kwargs)
-    if r is not NotImplemented:
-        return r
     if func._schema.name == "prims::fma" and register_fma():  # a graph Dynamo wrote, run lazily
         return dispatch(func, args, kwargs)
     return cpu_fallback(func, args, kwargs)

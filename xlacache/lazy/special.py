@@ -83,7 +83,7 @@ def _copy(args: tuple, kwargs: dict) -> Any:
     return record(aten.clone.default, (out,), {})
 
 
-@special(aten._local_scalar_dense.default, aten.item.default)
+@special(aten._local_scalar_dense.default)
 def _item(args: tuple, kwargs: dict) -> Any:
     untraced()  # a read
     return to_cpu(args[0]).item()

@@ -68,6 +68,7 @@ def _fwd(name: str) -> property:
 _now = time.perf_counter_ns
 _INNER = torch_internals.lazy_inner_tensors()
 _set_eval_frame = torch._C._dynamo.eval_frame.set_eval_frame
+_inference_mode = torch.is_inference_mode_enabled
 
 
 def install_dispatcher(fn: Callable[[Any, tuple, dict], Any]) -> None:
@@ -202,6 +203,12 @@ class LazyTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+        if _inference_mode() and func.is_view and not args[0].is_inference():
+            # a view of a tensor made outside inference mode is a normal tensor, as in eager
+            # (torch then shares the base's version counter with it, which an inference
+            # tensor refuses)
+            with torch.inference_mode(False):
+                return cls.__torch_dispatch__(func, types, args, kwargs)
         with LOCK:
             s = STATE
             if s.depth:  # nested (a decomposition): timed by the outer call

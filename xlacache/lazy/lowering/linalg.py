@@ -72,7 +72,7 @@ def _grouped_mm(
     out_dtype: Any = None,
     fp32_precision: str | None = None,
 ) -> Any:
-    """``torch._grouped_mm``: group ``g`` spans ``offs[g-1]:offs[g]`` of the 2-d operand's
+    """``aten._grouped_mm``: group ``g`` spans ``offs[g-1]:offs[g]`` of the 2-d operand's
     grouped dimension (rows of ``a`` against ``b[g]``; columns of ``b`` against ``a[g]``;
     with both 2-d, the contraction, one output per group); 3-d by 3-d is a batched product.
     Rows or columns past ``offs[-1]`` are zero (eager leaves them unwritten)."""

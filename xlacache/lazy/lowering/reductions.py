@@ -72,13 +72,20 @@ reg(aten._is_all_true.default)(jnp.all)
 
 @reg(aten.var.correction)
 def _var(x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    """``jnp.var``'s computation, divided by ``max(0, n - correction)`` as eager's (inf, or NaN
+    where every value is the mean, when no degree of freedom is left); the correction may be a
+    graph input."""
     ddof = 1 if correction is None else correction
     axes = norm_dims(dim, x.ndim)
     n = math.prod(x.shape[a] for a in (range(x.ndim) if axes is None else axes))
-    if n - ddof > 0:
-        return jnp.var(upcast(x), axis=axes, ddof=ddof, keepdims=keepdim)
-    # eager divides by max(0, n - correction): inf, or NaN where every value is the mean
-    return jnp.var(upcast(x), axis=axes, keepdims=keepdim) * n / 0.0
+    x = upcast(x)
+    centered = x - jnp.mean(x, axes, keepdims=True)
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        squares = jnp.real(centered * jnp.conj(centered))
+    else:
+        squares = jnp.square(centered)
+    total = jnp.sum(squares, axes, keepdims=keepdim)
+    return total / jnp.maximum(jnp.asarray(n - ddof), 0).astype(total.dtype)
 
 
 reg(aten.std.correction)(lambda *a, **k: jnp.sqrt(_var(*a, **k)))
