@@ -43,6 +43,7 @@ TESTS = (
     "lazy/test_dynamo_draws.py",
     "lazy/test_device_checks.py",
     "lazy/test_draw_checks.py",
+    "lazy/test_inference_mode.py",
     "lazy/test_histc.py",
     "lazy/test_masks.py",
     "lazy/test_packed.py",
