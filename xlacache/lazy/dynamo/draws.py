@@ -107,7 +107,7 @@ def unlowerable(n: Node) -> str | None:
         return f"{n.target} of {op}, which has no lowering"
     if n.kwargs.get("generator") is not None:
         return f"{op} draws from a generator of its own"
-    if n.target in RANDOM:
+    if n.target is op:  # a plain draw (not an RNG-state operator wrapping one)
         kind, params = RANDOM[op]
         try:
             check_numbers(kind, params(*n.args, **n.kwargs))

@@ -14,8 +14,11 @@ from .registry import jax_dtype
 aten = torch.ops.aten
 # a draw with tensor parameters checks them: the lazy runtime's random node of each kind takes
 # an op whose graphs carry the check, as compiled graphs of these ops do
-CHECKED_DRAWS = {"bernoulli_": aten.bernoulli.default, "bernoulli_tensor": aten.bernoulli.default}
-CHECKED_DRAWS["normal_"] = aten.normal.Tensor_Tensor
+CHECKED_DRAWS = {
+    "bernoulli_": aten.bernoulli.default,
+    "bernoulli_tensor": aten.bernoulli.default,
+    "normal_": aten.normal.Tensor_Tensor,
+}
 checked(*CHECKED_DRAWS.values(), aten.bernoulli.Tensor, aten.normal.float_Tensor)
 # each kind's parameters where the op was given fewer (torch drops arguments equal to their
 # defaults: ``uniform_(0.5)`` is ``from=0.5``, ``to=1``)
