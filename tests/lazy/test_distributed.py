@@ -199,10 +199,13 @@ def test_a_reserved_coordinator_port_is_refused_to_others_and_bound_by_the_coord
 
 
 TORCHRUN_JOINS = """
+import pathlib, sys
 import jax
 from xlacache.lazy.distributed import env
 job = env.join()
-print(job.rank, job.coordinator, jax.process_count(), flush=True)
+# One file per worker: two workers printing to torchrun's one pipe interleave their writes.
+line = f"{job.rank} {job.coordinator} {jax.process_count()}"
+(pathlib.Path(sys.argv[1]) / f"rank{job.rank}").write_text(line)
 """
 
 
@@ -214,10 +217,10 @@ def test_torchrun_workers_agree_on_a_free_coordinator_port_through_torchruns_sto
     script.write_text(TORCHRUN_JOINS)
     with _listening_above_a_free_port() as port:
         run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-        run += ["--master_addr", "127.0.0.1", "--master_port", str(port), str(script)]
+        run += ["--master_addr", "127.0.0.1", "--master_port", str(port), str(script), str(tmp_path)]
         out = subprocess.run(run, capture_output=True, text=True, timeout=300, env=child_env())
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = sorted(line.split() for line in out.stdout.splitlines() if line[:1].isdigit())
+    lines = sorted(path.read_text().split() for path in tmp_path.glob("rank*"))
     assert [line[0] for line in lines] == ["0", "1"] and lines[0][1:] == lines[1][1:]
     host, _, agreed = lines[0][1].rpartition(":")
     assert host == "127.0.0.1" and int(agreed) not in (port, port + 1)
