@@ -217,7 +217,8 @@ def test_torchrun_workers_agree_on_a_free_coordinator_port_through_torchruns_sto
     script.write_text(TORCHRUN_JOINS)
     with _listening_above_a_free_port() as port:
         run = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-        run += ["--master_addr", "127.0.0.1", "--master_port", str(port), str(script), str(tmp_path)]
+        run += ["--master_addr", "127.0.0.1", "--master_port", str(port)]
+        run += [str(script), str(tmp_path)]
         out = subprocess.run(run, capture_output=True, text=True, timeout=300, env=child_env())
     assert out.returncode == 0, out.stderr[-3000:]
     lines = sorted(path.read_text().split() for path in tmp_path.glob("rank*"))
