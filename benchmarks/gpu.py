@@ -44,6 +44,7 @@ sys.path.insert(0, str(HERE))
 # minutes, what finished is written before the next part starts
 PARTS = ("precision", "moves", "torch", "jax", "opinfo")
 TORCH_MODES = ("eager", "inductor", "lazy", "xlacache")
+JAX_MODES = ("jax", "xlacache")  # JAX's own persistent cache, then xlacache's
 # the OpInfo ops of --quick: the float32 products and pooling that XLA:GPU's TF32 got wrong
 QUICK_OPS = ("mm", "bmm", "nn.functional.adaptive_avg_pool2d")
 
@@ -77,7 +78,7 @@ def jax_part(args: argparse.Namespace, tmp: Path) -> dict:
     os.environ.update({k: _env(args.device)[k] for k in old})
     try:
         out = {}
-        for mode in ("jax", "xlacache"):
+        for mode in args.jax_modes:
             cache = str(tmp / f"jax-{mode}")
             cold, warm = (jax_gpt.run_child(mode, ns, cache) for _ in range(2))
             out[mode] = {
@@ -289,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes (CPU smoke test)")
     ap.add_argument("--skip", nargs="*", default=[], choices=PARTS)
     ap.add_argument("--torch-modes", nargs="+", default=list(TORCH_MODES), choices=TORCH_MODES)
+    ap.add_argument("--jax-modes", nargs="+", default=list(JAX_MODES), choices=JAX_MODES)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument(
         "--matmul-precision",

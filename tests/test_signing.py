@@ -282,10 +282,9 @@ def run(cache_dir, **options):
 
 @pytest.mark.fallback
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", KINDS)
-def test_real_jax_reader_compiles_past_planted_and_foreign_entries(tmp_path, kind):
-    _, _, private, public = keypair(kind)
-    stranger_private, _ = signing.generate(kind)
+def test_real_jax_reader_compiles_past_planted_and_foreign_entries(tmp_path):
+    _, _, private, public = keypair("ed25519")
+    stranger_private, _ = signing.generate("ed25519")
     planted = run(tmp_path / "planted")  # unsigned entries of every program
     foreign = run(tmp_path / "foreign", signing_key=stranger_private)
     for cache_dir in ("planted", "foreign"):
@@ -315,3 +314,20 @@ def test_real_jax_reader_compiles_past_planted_and_foreign_entries(tmp_path, kin
     tampered = run(tmp_path / "signed", trusted_keys=[public], readonly=True, prefetch=0)
     assert tampered["stats"]["errors"] == {"untrusted": 1}
     assert tampered["stats"]["misses"] == 1 and tampered["loss"] == reader["loss"]
+
+
+@pytest.mark.fallback
+@pytest.mark.slow
+def test_real_jax_processes_sign_and_trust_with_a_shared_secret(tmp_path):
+    """The flow above with an HMAC key (its unsigned and tampered cases are the same code)."""
+    _, _, secret, trusted = keypair("hmac")
+    stranger, _ = signing.generate("hmac")
+    writer = run(tmp_path / "signed", signing_key=secret)
+    reader = run(tmp_path / "signed", trusted_keys=[trusted], readonly=True)
+    assert reader["stats"]["misses"] == 0 and reader["stats"]["errors"] == {}
+    assert reader["loss"] == writer["loss"]
+    run(tmp_path / "foreign", signing_key=stranger)
+    refused = run(tmp_path / "foreign", trusted_keys=[trusted], readonly=True, prefetch=0)
+    assert refused["stats"]["hits"] == 0 and refused["stats"]["misses"] > 0
+    assert refused["stats"]["errors"] == {"untrusted": refused["stats"]["misses"]}
+    assert refused["loss"] == writer["loss"]

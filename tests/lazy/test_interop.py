@@ -249,7 +249,8 @@ def test_environment_alone_turns_the_cache_on(tmp_path, var):
     assert _entries(cache)
     second = _env_child({var: str(cache)})
     assert second["stats"]["hits"] >= 1 and second["stats"]["misses"] == 0
-    assert not _env_child({})["on"]
+    if var == "XLACACHE_DIR":  # and without either, no cache (one process shows it)
+        assert not _env_child({})["on"]
 
 
 @pytest.mark.slow
