@@ -12,7 +12,7 @@ import torch.nn as nn
 
 import xlacache.lazy as xl
 import xlacache.lazy.dynamo as xc
-from tests.conftest import run_module_json, run_python
+from tests.conftest import run_python
 from tests.lazy.models import MLP
 from xlacache.lazy import metrics
 from xlacache.lazy.torch_internals import torch_version
@@ -221,16 +221,6 @@ def test_opinfo_forward_samples_compiled():
                     wrong.append(f"{name}: {e}")
     assert wrong == []
     assert ran >= len(OPS)
-
-
-@pytest.mark.slow
-def test_fresh_process_loads_without_lowering(tmp_path):
-    cold = run_module_json("tests.lazy._dynamo_child", str(tmp_path / "cache"))
-    warm = run_module_json("tests.lazy._dynamo_child", str(tmp_path / "cache"))
-    assert cold["report"]["CompiledGraphLowering"] == 2
-    assert warm["report"]["CompiledGraphLowering"] == 0
-    assert warm["report"]["CompiledGraphAliasHit"] == 2
-    assert warm["losses"] == cold["losses"]
 
 
 def test_view_input_mutated_in_place_reaches_its_base():
