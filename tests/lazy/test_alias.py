@@ -222,7 +222,9 @@ def _child(cache: Path, env: dict | None = None) -> dict:
 
 
 @pytest.mark.slow
-def test_fresh_process_loads_without_lowering_and_flags_or_devices_miss(tmp_path):
+def test_fresh_process_loads_without_lowering_and_other_devices_miss(tmp_path):
+    """(Other codegen flags miss too: the alias key holds the same xla_flags component as
+    every key, test_alias_key_names_every_part and test_key.py's flags test.)"""
     cache = tmp_path / "c"
     cold = _child(cache)
     assert cold["lowerings"] >= 2 and cold["alias_hits"] == 0
@@ -230,8 +232,6 @@ def test_fresh_process_loads_without_lowering_and_flags_or_devices_miss(tmp_path
     assert warm["lowerings"] == 0 and warm["compiles"] == 0
     assert warm["alias_hits"] == cold["lowerings"]
     assert warm["losses"] == cold["losses"]
-    flags = _child(cache, {"XLA_FLAGS": xla_flags("--xla_cpu_enable_fast_math=true")})
-    assert flags["alias_hits"] == 0 and flags["lowerings"] == cold["lowerings"]
     two = _child(cache, {"XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=2")})
     assert two["devices"] == 2
     assert two["alias_hits"] == 0 and two["lowerings"] == cold["lowerings"]
