@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import xlacache
 import xlacache.lazy as xl
 import xlacache.lazy.dynamo as xc
 from tests.conftest import run_python
@@ -451,3 +452,35 @@ def test_dynamos_fma_runs_as_a_graph_op_on_the_lazy_device():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"fallbacks": 0, "equal": True}
+
+
+@pytest.mark.fallback
+def test_torchs_caching_precompile_runs_the_graph_lazily_and_saves_nothing_to_reload(
+    tmp_path, monkeypatch
+):
+    """TORCH_CACHING_PRECOMPILE=1: torch saves Dynamo's frames with their backends' entries,
+    and a new process reloads them in torch.compile; the guards of a frame that took xla
+    tensors fail to load there (an AttributeError from torch, no training). The backend runs
+    such a graph lazily, with a warning that names the setting, and gives torch nothing to
+    save, so the next torch.compile (here, as in a new process) loads without error."""
+    from torch._dynamo.precompile_context import PrecompileContext
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # where torch saves them
+    xlacache.initialize_cache(tmp_path / "cache", min_compile_seconds=0)  # AOTAutograd's too
+    x = torch.linspace(-1, 1, 12).reshape(3, 4)
+
+    def f(t: torch.Tensor) -> torch.Tensor:
+        return (t * 2).sin().sum(0)
+
+    try:
+        with torch._dynamo.config.patch(caching_precompile=True):
+            with pytest.warns(UserWarning, match="TORCH_CACHING_PRECOMPILE=1"):
+                got = torch.compile(f, backend="xlacache")(x.to(DEV))
+            torch.testing.assert_close(got.cpu(), f(x))
+            assert xc.report()["fallback_reasons"] == [xc.backend.PRECOMPILE_REFUSED]
+            torch.compiler.save_cache_artifacts()
+            torch._dynamo.reset()
+            again = torch.compile(f, backend="xlacache")  # loads what was saved: no error
+            torch.testing.assert_close(again(x.to(DEV)).cpu(), f(x))
+    finally:
+        PrecompileContext.clear()

@@ -107,6 +107,9 @@ INTERNALS = (
     Internal("torch._dynamo.trace_rules.add", "dynamo.backend: the runtime is not traced"),
     Internal("torch._dynamo.utils.counters", "dynamo.backend: graph breaks"),
     Internal("torch._dynamo.utils.guard_failures", "dynamo.backend: recompiles"),
+    Internal(
+        "torch._dynamo.config.caching_precompile", "dynamo.backend: torch's precompile refused"
+    ),
     Internal("torch._dynamo.exc.TorchDynamoException", "dynamo.backend: Dynamo's own errors"),
     Internal(
         "torch._dynamo.exc.exceptions_allowed_to_be_fallback",

@@ -161,11 +161,24 @@ def lift_lazy_attributes(gm: GraphModule, fakes: list) -> tuple[GraphModule, lis
     return new_gm, attributes, lifted + list(fakes)
 
 
+# torch's experimental caching precompile (DynamoCache) cannot reload the guards of a frame
+# that took xla tensors (torch 2.13: unpickling a wrapper subclass without inner tensors
+# fails in torch.compile itself), and it drops identity guards; the xlacache cache serves
+# warm processes instead
+PRECOMPILE_REFUSED = (
+    "TORCH_CACHING_PRECOMPILE=1 (torch's caching precompile) cannot reload graphs of xla "
+    "tensors; unset it (xlacache's own cache serves warm processes)"
+)
+
+
 def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> Any:
     """``torch.compile(model, backend="xlacache")``."""
     torch_internals.dynamo_skips_runtime()  # here, not at import: nothing in torch changes then
     metrics.counter_inc("DynamoGraph")
     sync_dynamo_counters()
+    if torch._dynamo.config.caching_precompile:
+        note_fallback(PRECOMPILE_REFUSED, warn=True)
+        return gm.forward  # no backend entry, so torch saves no package for this frame
     fakes = []
     for n in gm.graph.find_nodes(op="placeholder"):
         v = n.meta.get("example_value")
