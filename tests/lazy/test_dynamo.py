@@ -477,7 +477,7 @@ def test_torchs_caching_precompile_runs_the_graph_lazily_and_saves_nothing_to_re
             with pytest.warns(UserWarning, match="TORCH_CACHING_PRECOMPILE=1"):
                 got = torch.compile(f, backend="xlacache")(x.to(DEV))
             torch.testing.assert_close(got.cpu(), f(x))
-            assert xc.report()["fallback_reasons"] == [xc.backend.PRECOMPILE_REFUSED]
+            assert xc.report()["fallback_reasons"][-1] == xc.backend.PRECOMPILE_REFUSED
             torch.compiler.save_cache_artifacts()
             torch._dynamo.reset()
             again = torch.compile(f, backend="xlacache")  # loads what was saved: no error

@@ -112,3 +112,50 @@ def test_a_mixtral_trains_as_in_eager_without_cpu_fallback():
             losses[str(device)].append(loss.item())
     torch.testing.assert_close(losses[str(DEV)], losses["cpu"], rtol=1e-4, atol=1e-5)
     assert _fallbacks() == 0
+
+
+# ------------------------------------------------- transformers' op for torch.compile
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_transformers_grouped_mm_fallback_op_is_lowered_with_its_backward(compiled):
+    """Under torch.compile with float32 weights, transformers' MoE experts call their own
+    custom op (a loop of mm over ``offs.tolist()``) instead of ``_grouped_mm``: lowered too,
+    rows past the last offset zero as the loop leaves them, with no CPU run of it and no
+    compiled graph run lazily."""
+    import transformers.integrations.moe  # noqa: F401 - registers transformers' ops
+
+    import xlacache.lazy.dynamo as xc
+
+    op = torch.ops.transformers.grouped_mm_fallback
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(M, K, generator=g, requires_grad=True)
+    b = torch.randn(G, K, N, generator=g, requires_grad=True)
+
+    def loss(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        return op(a, b, offs).sin().sum()
+
+    loss(a, b, OFFS).backward()
+    ad, bd = (t.detach().to(DEV).requires_grad_() for t in (a, b))
+    fn = torch.compile(loss, backend="xlacache") if compiled else loss
+    lazy_runs = xc.report()["CompiledGraphLazyRun"]
+    metrics.clear_counters()
+    got = fn(ad, bd, OFFS.to(DEV))
+    got.backward()
+    torch.testing.assert_close(got.cpu(), loss(a, b, OFFS).detach())
+    torch.testing.assert_close(ad.grad.cpu(), a.grad)
+    torch.testing.assert_close(bd.grad.cpu(), b.grad)
+    assert metrics.executed_fallback_ops() == []
+    assert xc.report()["CompiledGraphLazyRun"] == lazy_runs
+
+
+def test_a_library_op_with_another_schema_is_not_adopted(monkeypatch):
+    """A known name is lowered only with the schema its lowering was written for."""
+    from xlacache.lazy.lowering import LOWERINGS, library_ops
+
+    op = torch.ops.aten.mm.default  # stands for another release's op of a known name
+    monkeypatch.setitem(library_ops.KNOWN, "aten::mm", ("aten::mm(Tensor a) -> Tensor", None))
+    monkeypatch.delitem(LOWERINGS, op)
+    assert not library_ops.adopt(op) and op not in LOWERINGS
+    monkeypatch.setitem(library_ops.KNOWN, "aten::mm", (str(op._schema), LOWERINGS.get))
+    assert library_ops.adopt(op) and LOWERINGS[op] == LOWERINGS.get

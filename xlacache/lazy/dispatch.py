@@ -31,7 +31,7 @@ from .autocast import CPU_AUTOCAST_OPS, warn_cpu_autocast
 from .executor import to_cpu
 from .foreach import foreach_element
 from .identity import UnencodableAttribute
-from .lowering import ARGUMENT_CHECKS, LOWERINGS
+from .lowering import ARGUMENT_CHECKS, LOWERINGS, library_ops
 from .lowering.elementwise import register_fma
 from .lowering.registry import registrar
 from .record import assign, record, track_view
@@ -109,7 +109,7 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
     h = SPECIAL.get(func)
     if h is not None:
         return h(args, kwargs)
-    if func in LOWERINGS:
+    if func in LOWERINGS or (func.namespace != "aten" and library_ops.adopt(func)):
         if func in CPU_AUTOCAST_OPS:
             warn_cpu_autocast()
         if func in _MAYBE_DYNAMIC:

@@ -27,7 +27,7 @@ from torch.fx import Graph, GraphModule
 from xlacache import counters
 
 from .. import metrics, torch_internals
-from ..lowering import LOWERINGS
+from ..lowering import LOWERINGS, library_ops
 from ..state import STATE
 from ..tensor import LazyTensor
 from . import aot_cache, lower
@@ -176,6 +176,7 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
     torch_internals.dynamo_skips_runtime()  # here, not at import: nothing in torch changes then
     metrics.counter_inc("DynamoGraph")
     sync_dynamo_counters()
+    library_ops.adopt_registered()  # the graph may name ops a library registered since
     if torch._dynamo.config.caching_precompile:
         note_fallback(PRECOMPILE_REFUSED, warn=True)
         return gm.forward  # no backend entry, so torch saves no package for this frame

@@ -24,6 +24,7 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``special_fns``     gamma/erf/Bessel/zeta families, orthogonal polynomials
 ``spectral``        complex numbers (``complex``, ``polar``, real/complex views), FFTs
 ``random``          random draws (``lower_random``; not in the table: one ``random`` node)
+``library_ops``     ops libraries register (``transformers::``), adopted by name and schema
 ==================  ==============================================================
 
 ``precision`` says how float32 matrix products and convolutions lower under PyTorch's
@@ -43,6 +44,7 @@ from . import (  # noqa: F401
     elementwise,
     factories,
     indexing,
+    library_ops,
     linalg,
     nn,
     precision,
