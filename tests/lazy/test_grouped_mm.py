@@ -159,3 +159,27 @@ def test_a_library_op_with_another_schema_is_not_adopted(monkeypatch):
     assert not library_ops.adopt(op) and op not in LOWERINGS
     monkeypatch.setitem(library_ops.KNOWN, "aten::mm", (str(op._schema), LOWERINGS.get))
     assert library_ops.adopt(op) and LOWERINGS[op] == LOWERINGS.get
+
+
+@pytest.mark.parametrize("offs", [[2, 1, 6], [6, 2, 4], [-1, 3, 6]], ids=str)
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_offsets_negative_or_decreasing_raise(offs, compiled):
+    """Eager starts a group at the previous offset, so a decreasing one makes later groups
+    overwrite earlier rows (and the experts' loop reads a negative one from the end): no
+    ragged product does that, so the program flags it and the read raises."""
+    from xlacache.lazy.device_checks import DeviceCheckError
+
+    g = torch.Generator().manual_seed(0)
+    dtype = torch.bfloat16 if compiled else torch.float32  # torch's meta kernel: bf16 only
+    a, b = (
+        torch.randn(6, 8, generator=g, dtype=dtype),
+        torch.randn(3, 8, 8, generator=g, dtype=dtype),
+    )
+    fn = torch.compile(torch._grouped_mm, backend="xlacache") if compiled else torch._grouped_mm
+    out = fn(a.to(DEV), b.to(DEV), torch.tensor(offs, dtype=torch.int32).to(DEV))
+    with pytest.raises(DeviceCheckError, match="offsets .* negative or decreasing"):
+        out.cpu()
+    ok = torch.tensor([2, 2, 6], dtype=torch.int32)  # equal offsets (an empty group) are fine
+    torch.testing.assert_close(
+        fn(a.to(DEV), b.to(DEV), ok.to(DEV)).cpu(), torch._grouped_mm(a, b, ok)
+    )

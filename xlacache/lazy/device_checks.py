@@ -22,6 +22,7 @@ import numpy as np
 from . import metrics
 from .lowering.checks import (
     BERNOULLI_P,
+    GROUP_OFFSETS,
     INDEX,
     INPUT_PROBABILITY,
     NORMAL_STD,
@@ -74,6 +75,12 @@ FAILURES = {  # by bit, first the first raised
     NORMAL_STD: (
         DeviceCheckError,
         f"xlacache.lazy: normal expects all elements of std >= 0.0 {_ON_DEVICE}",
+    ),
+    GROUP_OFFSETS: (
+        DeviceCheckError,
+        "xlacache.lazy: a grouped matmul's offsets (_grouped_mm, transformers' "
+        "grouped_mm_fallback) were negative or decreasing, where eager's result depends on "
+        f"the order it writes groups in {_ON_DEVICE}",
     ),
 }
 

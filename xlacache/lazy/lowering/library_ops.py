@@ -19,6 +19,7 @@ from typing import Any
 import jax.numpy as jnp
 import torch
 
+from .checks import checked
 from .linalg import _grouped_mm
 from .registry import LOWERINGS
 
@@ -56,6 +57,7 @@ def adopt(func: Any) -> bool:
     if known is None or func._overloadname != "default" or str(func._schema) != known[0]:
         return False
     LOWERINGS[func] = known[1]
+    checked(func)  # the offsets, as _grouped_mm's
     return True
 
 

@@ -10,6 +10,7 @@ import torch
 from jax import lax
 
 from ..torch_internals import aten_ops
+from .checks import GROUP_OFFSETS, check, checked
 from .dtypes import cast, promote
 from .precision import dot_precision
 from .registry import meta_kernel, reg, scaled
@@ -100,9 +101,16 @@ def _grouped_mm(
 
 
 def _group_sizes(offs: Any, extent: int) -> Any:
-    """Each group's size from the groups' end offsets (clipped to ``extent``, as slices are)."""
-    ends = jnp.clip(offs.astype(jnp.int32), 0, extent)
+    """Each group's size from the groups' end offsets (clipped to ``extent``, as slices are).
+    Eager lets a group that starts before the previous one's end overwrite it (its rows start
+    at that end), and reads a negative offset from the end: both are flagged."""
+    offs = offs.astype(jnp.int32)
+    ends = jnp.clip(offs, 0, extent)
+    check(GROUP_OFFSETS, (offs < 0) | (ends < jnp.concatenate([ends[:1], ends[:-1]])))
     return jnp.maximum(ends - jnp.concatenate([jnp.zeros(1, jnp.int32), ends[:-1]]), 0)
+
+
+checked(*aten_ops("_grouped_mm"))
 
 
 @meta_kernel(*aten_ops("_grouped_mm"))
