@@ -42,10 +42,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("float32", "matrix_exp"): ("fallback", "no lowering: aten::linalg_matrix_exp"),
     ("float32", "mode"): ("fallback", MODE_INDEX),
     ("float32", "nn.functional.ctc_loss"): ("fallback", "no lowering: aten::_ctc_loss"),
-    ("float32", "nn.functional.embedding_bag"): (
-        "fallback",
-        "no lowering: aten::_embedding_bag_forward_only",
-    ),
     ("float32", "nn.functional.fractional_max_pool2d"): ("fallback", RANDOM_CPU),
     ("float32", "nn.functional.fractional_max_pool3d"): ("fallback", RANDOM_CPU),
     ("float32", "nonzero"): ("fallback", DYNAMIC),
@@ -109,10 +105,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
         "fallback",
         "no lowering: aten::_ctc_loss, aten::_ctc_loss_backward",
     ),
-    ("float32-grad", "nn.functional.embedding_bag"): (
-        "fallback",
-        "no lowering: aten::_embedding_bag and its backward ops",
-    ),
     ("float32-grad", "nn.functional.fractional_max_pool2d"): ("fallback", RANDOM_CPU),
     ("float32-grad", "nn.functional.fractional_max_pool3d"): ("fallback", RANDOM_CPU),
     ("float32-grad", "nn.functional.grid_sample"): (
@@ -142,10 +134,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("bfloat16", "masked_select"): ("fallback", DYNAMIC),
     ("bfloat16", "matrix_exp"): ("fallback", "no lowering: aten::linalg_matrix_exp"),
     ("bfloat16", "mode"): ("fallback", MODE_INDEX),
-    ("bfloat16", "nn.functional.embedding_bag"): (
-        "fallback",
-        "no lowering: aten::_embedding_bag_forward_only",
-    ),
     ("bfloat16", "nn.functional.fractional_max_pool2d"): ("fallback", RANDOM_CPU),
     ("bfloat16", "nn.functional.fractional_max_pool3d"): ("fallback", RANDOM_CPU),
     ("bfloat16", "nonzero"): ("fallback", DYNAMIC),

@@ -21,6 +21,7 @@ import numpy as np
 
 from . import metrics
 from .lowering.checks import (
+    BAG_OFFSETS,
     BERNOULLI_P,
     GROUP_OFFSETS,
     INDEX,
@@ -81,6 +82,12 @@ FAILURES = {  # by bit, first the first raised
         "xlacache.lazy: a grouped matmul's offsets (_grouped_mm, transformers' "
         "grouped_mm_fallback) were negative or decreasing, where eager's result depends on "
         f"the order it writes groups in {_ON_DEVICE}",
+    ),
+    BAG_OFFSETS: (
+        DeviceCheckError,
+        "xlacache.lazy: embedding_bag's offsets must start at 0, not decrease, and not pass "
+        "the input's length (eager raises there), and with include_last_offset end at it "
+        f"{_ON_DEVICE}",
     ),
 }
 

@@ -16,6 +16,7 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``reductions``      sum/mean/prod/extrema/var/std/norms/cumulative, sort, topk
 ``shapes``          views and reshapes, their ``*_scatter`` inverses, cat/stack, pad
 ``indexing``        index/index_put, gather/scatter, masked_fill, embedding
+``embedding_bag``   ``F.embedding_bag`` and its backward ops, as segment reductions
 ``linalg``          matrix products
 ``solvers``         Cholesky/LU/QR/SVD/eigh, solves, inverses, determinants
 ``nn``              softmax, layer/batch norm, losses
@@ -42,6 +43,7 @@ from . import (  # noqa: F401
     activations,
     conv,
     elementwise,
+    embedding_bag,
     factories,
     indexing,
     library_ops,

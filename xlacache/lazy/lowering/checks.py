@@ -27,6 +27,7 @@ ZERO_DIVISION = 3  # an integer division or remainder by zero
 BERNOULLI_P = 4  # bernoulli's probabilities (a tensor) outside [0, 1]
 NORMAL_STD = 5  # normal's standard deviations (a tensor) below 0
 GROUP_OFFSETS = 6  # a grouped product's offsets negative or decreasing
+BAG_OFFSETS = 7  # embedding_bag's offsets not from 0, decreasing, or past the input
 
 CHECKED_OPS: set[Any] = set()  # aten overloads whose lowering calls check
 SIGNATURE = [[], "int32"]  # the check output, as an executable's signature lists it

@@ -144,14 +144,15 @@ def _embedding(
 def _embedding_renorm(w: Any, idx: Any, max_norm: float, norm_type: float) -> Any:
     """Eager's ``embedding_renorm_`` (``F.embedding(max_norm=...)``): each row ``idx`` names
     whose norm (in ``w``'s dtype) exceeds ``max_norm`` is scaled by ``max_norm / (norm +
-    1e-7)``, computed in double and applied in ``w``'s math type, as eager's scalar is."""
+    1e-7)``, computed in double, rounded to ``w``'s dtype and multiplied in its math type,
+    as eager's scalar is (bfloat16: the scale is a bfloat16 too)."""
     in_range(idx, w.shape[0])
     flat = idx.reshape(-1)
     rows = w[flat]
     norm = LOWERINGS[aten.linalg_vector_norm.default](rows, norm_type, [-1])
     norm = norm.astype(w.dtype).astype(jnp.float64)
     math = jnp.float64 if w.dtype == jnp.float64 else jnp.float32
-    scale = (max_norm / (norm + 1e-7)).astype(math)
+    scale = (max_norm / (norm + 1e-7)).astype(w.dtype).astype(math)
     scaled = (rows.astype(math) * scale[:, None]).astype(w.dtype)
     return w.at[flat].set(jnp.where((norm > max_norm)[:, None], scaled, rows))
 
