@@ -44,6 +44,8 @@ TESTS = (
     "lazy/test_device_checks.py",
     "lazy/test_draw_checks.py",
     "lazy/test_inference_mode.py",
+    "lazy/test_embedding_bag.py",
+    "lazy/test_grouped_mm.py",
     "lazy/test_histc.py",
     "lazy/test_masks.py",
     "lazy/test_packed.py",
