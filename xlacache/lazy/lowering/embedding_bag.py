@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import torch
 
 from .checks import BAG_OFFSETS, check, checked, in_range
-from .registry import argument_check, reg
+from .registry import argument_check, reg, upcast
 
 aten = torch.ops.aten
 SUM, MEAN, MAX = 0, 1, 2
@@ -67,8 +67,8 @@ def _embedding_bag(
 ) -> tuple[Any, Any, Any, Any]:
     in_range(indices, weight.shape[0])
     bags, bag, counts = _bags(indices, offsets, include_last_offset, padding_idx)
-    math = jnp.float32 if weight.dtype in (jnp.bfloat16, jnp.float16) else weight.dtype
-    rows = jnp.take(weight, indices, axis=0, mode="clip").astype(math)
+    rows = upcast(jnp.take(weight, indices, axis=0, mode="clip"))  # bfloat16 sums in float32
+    math = rows.dtype
     if per_sample_weights is not None:
         rows = rows * per_sample_weights.astype(math)[:, None]
     size = jax.ops.segment_sum(counts.astype(jnp.int64), bag, bags + 1)[:bags]
@@ -118,8 +118,8 @@ def _embedding_bag_dense_backward(
 ) -> Any:
     """The weight's gradient from the forward's auxiliary outputs."""
     d = grad.shape[1]
-    math = jnp.float32 if grad.dtype in (jnp.bfloat16, jnp.float16) else grad.dtype
-    g = grad.astype(math)
+    g = upcast(grad)
+    math = g.dtype
     bags = g.shape[0]
     if mode == MAX:
         cols = jnp.broadcast_to(jnp.arange(d), maximum_indices.shape)
@@ -185,9 +185,8 @@ def _per_sample_weights_backward(
 ) -> Any:
     """Each entry's weight's gradient: its row against its bag's gradient (zero for an entry
     in no bag or at ``padding_idx``)."""
-    math = jnp.float32 if grad.dtype in (jnp.bfloat16, jnp.float16) else grad.dtype
-    rows = jnp.take(weight, indices, axis=0, mode="clip").astype(math)
-    g = jnp.take(grad.astype(math), offset2bag, axis=0, mode="fill", fill_value=0)
+    g = jnp.take(upcast(grad), offset2bag, axis=0, mode="fill", fill_value=0)
+    rows = jnp.take(weight, indices, axis=0, mode="clip").astype(g.dtype)
     out = (rows * g).sum(-1)
     if padding_idx >= 0:
         out = jnp.where(indices == padding_idx, 0, out)
