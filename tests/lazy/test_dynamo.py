@@ -16,7 +16,7 @@ import xlacache.lazy.dynamo as xc
 from tests.conftest import run_python
 from tests.lazy.models import MLP
 from xlacache.lazy import metrics
-from xlacache.lazy.torch_internals import torch_version
+from xlacache.lazy.torch_internals import lazy_inner_tensors, torch_version
 
 DEV = xl.device()
 
@@ -474,6 +474,11 @@ def test_torchs_caching_precompile_runs_the_graph_lazily_and_saves_nothing_to_re
 
     try:
         with torch._dynamo.config.patch(caching_precompile=True):
+            if lazy_inner_tensors():  # torch 2.9-2.11: Dynamo cannot pickle the guards on
+                # the meta tensor a lazy tensor names as its inner tensor, and fails first
+                with pytest.raises(torch._dynamo.exc.InternalTorchDynamoError):
+                    torch.compile(f, backend="xlacache")(x.to(DEV))
+                return
             with pytest.warns(UserWarning, match="TORCH_CACHING_PRECOMPILE=1"):
                 got = torch.compile(f, backend="xlacache")(x.to(DEV))
             torch.testing.assert_close(got.cpu(), f(x))
