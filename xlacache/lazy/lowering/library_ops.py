@@ -19,22 +19,27 @@ from typing import Any
 import jax.numpy as jnp
 import torch
 
+from . import precision
 from .checks import checked
 from .linalg import _grouped_mm
 from .registry import LOWERINGS
 
 
-def grouped_mm_fallback(a: Any, b: Any, offs: Any) -> Any:
-    return _grouped_mm(a, b, offs)
+def grouped_mm_fallback(a: Any, b: Any, offs: Any, fp32_precision: str | None = None) -> Any:
+    return _grouped_mm(a, b, offs, fp32_precision=fp32_precision)
 
 
-def grouped_mm_fallback_backward(a: Any, b: Any, offs: Any, grad: Any) -> tuple[Any, Any]:
+def grouped_mm_fallback_backward(
+    a: Any, b: Any, offs: Any, grad: Any, fp32_precision: str | None = None
+) -> tuple[Any, Any]:
     """The gradients of ``a`` (rows grouped against each ``b[g]`` transposed) and of ``b``
     (one product per group over its rows; zero for a group without rows)."""
-    return _grouped_mm(grad, jnp.swapaxes(b, 1, 2), offs), _grouped_mm(a.T, grad, offs)
+    kw = {"fp32_precision": fp32_precision}
+    return _grouped_mm(grad, jnp.swapaxes(b, 1, 2), offs, **kw), _grouped_mm(a.T, grad, offs, **kw)
 
 
-# "namespace::name" -> (the schema lowered, the lowering of its default overload)
+# "namespace::name" -> (the schema lowered, the lowering of its default overload); each is a
+# matrix product whose float32 precision follows PyTorch's settings, as ``mm``'s
 KNOWN: dict[str, tuple[str, Any]] = {
     "transformers::grouped_mm_fallback": (
         "transformers::grouped_mm_fallback(Tensor input, Tensor weight, Tensor offs) -> Tensor",
@@ -57,6 +62,7 @@ def adopt(func: Any) -> bool:
     if known is None or func._overloadname != "default" or str(func._schema) != known[0]:
         return False
     LOWERINGS[func] = known[1]
+    precision.OPS[func] = precision.MATMUL  # recorded with the op: part of the graph's key
     checked(func)  # the offsets, as _grouped_mm's
     return True
 
