@@ -57,7 +57,8 @@ def dtypes() -> list[float]:
 
 def main(mode: str, cache_dir: str) -> None:
     xlacache.initialize_cache(cache_dir, min_compile_seconds=0)
-    values = train_step() if mode == "step" else dtypes()
+    parts = {"step": train_step, "dtypes": dtypes}
+    values = [v for part in mode.split(",") for v in parts[part]()]
     stats = xlacache.stats()
     print(
         json.dumps(

@@ -192,16 +192,17 @@ CHILD = """
 import json, sys
 import torch, torch.nn.functional as F
 import xlacache, xlacache.lazy as xl
-from tests.lazy.models import MLP
+from tests.lazy.models import GPT
 xlacache.initialize_cache(sys.argv[1], min_compile_seconds=0)
 torch.manual_seed(0)
-model = MLP().to(xl.device())
-opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+dev = xl.device()
+model = GPT(dropout=0.1).to(dev)  # dropout: the warm process draws the same masks
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 losses = []
 for step in range(3):
+    idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(step)).to(dev)
     opt.zero_grad()
-    loss = F.cross_entropy(model(x.to(xl.device())), y.to(xl.device()))
+    loss = F.cross_entropy(model(idx).view(-1, 64), torch.roll(idx, -1, 1).view(-1))
     loss.backward()
     opt.step()
     xl.sync()
@@ -212,6 +213,8 @@ print(json.dumps({
     "lowerings": (m.metric_data("LoweringTime") or [0])[0],
     "alias_hits": m.counter_value("PersistentCacheAliasHit") or 0,
     "compiles": m.counter_value("UncachedCompile") or 0,
+    "hits": m.counter_value("PersistentCacheHit") or 0,
+    "misses": m.counter_value("PersistentCacheMiss") or 0,
     "devices": len(__import__("jax").devices()),
 }))
 """
@@ -223,14 +226,16 @@ def _child(cache: Path, env: dict | None = None) -> dict:
 
 @pytest.mark.slow
 def test_fresh_process_loads_without_lowering_and_other_devices_miss(tmp_path):
-    """(Other codegen flags miss too: the alias key holds the same xla_flags component as
-    every key, test_alias_key_names_every_part and test_key.py's flags test.)"""
+    """A second process with the same cache lowers and compiles nothing and gets the same
+    losses (dropout included). Other codegen flags miss too: the alias key holds the same
+    xla_flags component as every key (test_alias_key_names_every_part, test_key.py)."""
     cache = tmp_path / "c"
     cold = _child(cache)
     assert cold["lowerings"] >= 2 and cold["alias_hits"] == 0
+    assert cold["compiles"] >= 1 and cold["misses"] >= 1
     warm = _child(cache)
-    assert warm["lowerings"] == 0 and warm["compiles"] == 0
-    assert warm["alias_hits"] == cold["lowerings"]
+    assert warm["lowerings"] == 0 and warm["compiles"] == 0 and warm["misses"] == 0
+    assert warm["alias_hits"] == cold["lowerings"] and warm["hits"] == cold["compiles"]
     assert warm["losses"] == cold["losses"]
     two = _child(cache, {"XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=2")})
     assert two["devices"] == 2

@@ -247,21 +247,17 @@ def _cold_then_warm(mode: str, tmp_path, programs: int) -> tuple[dict, dict]:
 
 @pytest.mark.slow
 def test_a_warm_process_loads_the_compiled_step_without_lowering_or_compiling(tmp_path):
-    # forward, backward, optimizer; a function of two views of one tensor
-    cold, warm = _cold_then_warm("step", tmp_path, 4)
+    # forward, backward, optimizer; a function of two views of one tensor; a function called
+    # with float32 then float64 (a graph each: alias hits for both)
+    cold, warm = _cold_then_warm("step,dtypes", tmp_path, 6)
     assert warm["report"]["CompiledGraphCompile"] == 0 and warm["xla_compiles"] == 0
-    assert warm["report"]["CompiledGraphAotHit"] == 4  # AOTAutograd's result from the cache
+    assert warm["report"]["CompiledGraphAotHit"] == 6  # AOTAutograd's result from the cache
     # what AOTAutograd said of a graph (it updates no input) holds when loaded from its cache
     assert warm["report"]["CompiledGraphFallback"] == cold["report"]["CompiledGraphFallback"] == 0
-
-
-@pytest.mark.slow
-def test_a_warm_process_gets_alias_hits_for_float32_and_float64_calls(tmp_path):
-    _, warm = _cold_then_warm("dtypes", tmp_path, 2)
     assert warm["alias_misses"] == 0
     x = torch.linspace(0.1, 1.3, 12).reshape(3, 4)
     want = [float((x.to(dt) * 3).sin().sum()) for dt in (torch.float32, torch.float64)]
-    assert warm["values"] == pytest.approx(want, rel=1e-6)
+    assert warm["values"][-2:] == pytest.approx(want, rel=1e-6)
 
 
 @pytest.mark.slow

@@ -247,9 +247,7 @@ def test_environment_alone_turns_the_cache_on(tmp_path, var):
     first = _env_child({var: str(cache)})
     assert first["on"] and first["value"] == 51.0 and first["stats"]["misses"] >= 1
     assert _entries(cache)
-    if var == "XLACACHE_DIR":  # the second process and the one without either: once
-        second = _env_child({var: str(cache)})
-        assert second["stats"]["hits"] >= 1 and second["stats"]["misses"] == 0
+    if var == "XLACACHE_DIR":  # without either, no cache (a second process hits: elsewhere)
         assert not _env_child({})["on"]
 
 
