@@ -186,21 +186,12 @@ def test_offsets_negative_or_decreasing_raise(offs, compiled):
 
 
 @pytest.mark.parametrize(("setting", "expected"), [("highest", "HIGHEST"), ("high", "HIGH")])
-def test_transformers_op_follows_the_float32_matmul_setting(monkeypatch, setting, expected):
+def test_transformers_op_follows_the_float32_matmul_setting(lowered, setting, expected):
     """As ``mm``: the setting is recorded with the op (a GPU's default dot is TF32)."""
     import re
 
-    import jax
     import transformers.integrations.moe  # noqa: F401 - registers transformers' ops
 
-    texts: list[str] = []
-    compile_ = jax.stages.Lowered.compile
-
-    def capture(self, *args, **kwargs):
-        texts.append(self.as_text())
-        return compile_(self, *args, **kwargs)
-
-    monkeypatch.setattr(jax.stages.Lowered, "compile", capture)
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(setting)
     try:
@@ -209,4 +200,4 @@ def test_transformers_op_follows_the_float32_matmul_setting(monkeypatch, setting
         torch.ops.transformers.grouped_mm_fallback(a.to(DEV), b.to(DEV), offs).cpu()
     finally:
         torch.set_float32_matmul_precision(before)
-    assert set(re.findall(r"precision = \[(\w+), \w+\]", texts[-1])) == {expected}
+    assert set(re.findall(r"precision = \[(\w+), \w+\]", lowered[-1])) == {expected}

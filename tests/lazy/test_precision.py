@@ -7,7 +7,6 @@ module (what XLA:GPU would get) rather than numbers.
 
 import re
 
-import jax
 import pytest
 import torch
 
@@ -31,20 +30,6 @@ def settings_restored():
     yield
     for f, v in saved.items():
         put(*f, v)
-
-
-@pytest.fixture
-def lowered(monkeypatch):
-    """The text of every module the runtime compiles from now on."""
-    texts: list[str] = []
-    compile_ = jax.stages.Lowered.compile
-
-    def capture(self, *args, **kwargs):
-        texts.append(self.as_text())
-        return compile_(self, *args, **kwargs)
-
-    monkeypatch.setattr(jax.stages.Lowered, "compile", capture)
-    return texts
 
 
 def _precisions(text: str, op: str) -> list[str]:
