@@ -26,7 +26,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("float32", "chalf"): ("error", COMPLEX32),
     ("float32", "combinations"): ("fallback", DYNAMIC),
     ("float32", "geqrf"): ("fallback", "no lowering: aten::geqrf"),
-    ("float32", "grid_sampler_3d"): ("fallback", "no lowering: aten::grid_sampler_3d"),
     ("float32", "hash_tensor"): ("fallback", "no lowering: aten::hash_tensor"),
     ("float32", "histc"): ("fallback", "no lowering: aten::histc"),
     ("float32", "histogram"): ("fallback", "no lowering: aten::histogram"),
@@ -86,14 +85,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ),
     ("float32-grad", "chalf"): ("error", COMPLEX32),
     ("float32-grad", "combinations"): ("fallback", DYNAMIC),
-    ("float32-grad", "grid_sampler_2d"): (
-        "fallback",
-        "no lowering: aten::grid_sampler_2d_backward",
-    ),
-    ("float32-grad", "grid_sampler_3d"): (
-        "fallback",
-        "no lowering: aten::grid_sampler_3d, aten::grid_sampler_3d_backward",
-    ),
     ("float32-grad", "linalg.eig"): ("fallback", EIG),
     ("float32-grad", "linalg.eigvals"): ("fallback", EIG),
     ("float32-grad", "linalg.lstsq"): ("fallback", "no lowering: aten::linalg_lstsq"),
@@ -107,10 +98,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ),
     ("float32-grad", "nn.functional.fractional_max_pool2d"): ("fallback", RANDOM_CPU),
     ("float32-grad", "nn.functional.fractional_max_pool3d"): ("fallback", RANDOM_CPU),
-    ("float32-grad", "nn.functional.grid_sample"): (
-        "fallback",
-        "no lowering: aten::grid_sampler_2d_backward",
-    ),
     ("float32-grad", "nn.functional.multi_margin_loss"): (
         "fallback",
         "no lowering: aten::multi_margin_loss_backward",
@@ -128,7 +115,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("bfloat16", "argwhere"): ("fallback", DYNAMIC),
     ("bfloat16", "chalf"): ("error", COMPLEX32),
     ("bfloat16", "combinations"): ("fallback", DYNAMIC),
-    ("bfloat16", "grid_sampler_3d"): ("fallback", "no lowering: aten::grid_sampler_3d"),
     ("bfloat16", "hash_tensor"): ("fallback", "no lowering: aten::hash_tensor"),
     ("bfloat16", "histc"): ("fallback", "no lowering: aten::histc"),
     ("bfloat16", "masked_select"): ("fallback", DYNAMIC),

@@ -22,6 +22,7 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``nn``              softmax, layer/batch norm, losses
 ``conv``            convolution and pooling
 ``resample``        interpolation and padding backward ops
+``grid_sample``     ``F.grid_sample``: the 3-d sampler, both samplers' backward ops
 ``special_fns``     gamma/erf/Bessel/zeta families, orthogonal polynomials
 ``spectral``        complex numbers (``complex``, ``polar``, real/complex views), FFTs
 ``random``          random draws (``lower_random``; not in the table: one ``random`` node)
@@ -45,6 +46,7 @@ from . import (  # noqa: F401
     elementwise,
     embedding_bag,
     factories,
+    grid_sample,
     indexing,
     library_ops,
     linalg,
