@@ -489,3 +489,24 @@ def test_torchs_caching_precompile_runs_the_graph_lazily_and_saves_nothing_to_re
             torch.testing.assert_close(again(x.to(DEV)).cpu(), f(x))
     finally:
         PrecompileContext.clear()
+
+
+def test_an_aot_entry_keeps_each_nodes_value_and_the_live_graph_keeps_all():
+    """AOTAutograd's entry holds each node's ``val`` only (a stack trace and provenance are half
+    its bytes); the graph the process runs keeps its metadata, and the code is the same."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx._graph_pickler import GraphPickler
+
+    from xlacache.lazy.dynamo import aot_cache
+
+    gm = torch.fx.symbolic_trace(lambda x: torch.relu(x) * 2)
+    for i, n in enumerate(gm.graph.nodes):
+        n.meta.update(val=i, stack_trace=f"File 'user.py', line {i}", seq_nr=i)
+    out = aot_cache.XlaOutputCode(gm, "forward", lambda g, what: "runs")
+    stored = copy.copy(out)  # as AOTAutograd pickles its copy
+    stored.prepare_for_serialization()
+    assert stored.gm is None and out.runtime == "runs"
+    assert all({"val", "stack_trace", "seq_nr"} <= set(n.meta) for n in gm.graph.nodes)
+    loaded = GraphPickler.loads(stored.graph_bytes, FakeTensorMode())
+    assert [n.meta for n in loaded.graph.nodes] == [{"val": i} for i in range(len(gm.graph.nodes))]
+    assert loaded.code == gm.code

@@ -42,6 +42,7 @@ FORMAT = 1
 # the backward compiled with the forward, so the entry is whole when written (torch 2.10+;
 # on 2.9 a warm process retraces, and still loads its executables by alias)
 BACKWARD_NOW = "torch._functorch.config.force_non_lazy_backward_lowering"
+KEPT_META = ("val",)  # what an entry keeps of each node's ``meta`` (``lower.plan`` reads it)
 
 
 @dataclass(eq=False)
@@ -67,7 +68,16 @@ class XlaOutputCode(OutputCode):
         """(On the copy AOTAutograd pickles.) The graph as bytes, nothing that runs."""
         from torch.fx._graph_pickler import GraphPickler, Options
 
-        self.graph_bytes = GraphPickler.dumps(self.gm, Options(ops_filter=None))
+        nodes = list(self.gm.graph.nodes)
+        metas = [n.meta for n in nodes]
+        try:  # each node's value only: what the backend reads (its stack trace and provenance
+            # are half the bytes and a third of the loading); the graph's code is the same
+            for n, meta in zip(nodes, metas, strict=True):
+                n.meta = {k: meta[k] for k in KEPT_META if k in meta}
+            self.graph_bytes = GraphPickler.dumps(self.gm, Options(ops_filter=None))
+        finally:
+            for n, meta in zip(nodes, metas, strict=True):
+                n.meta = meta
         self.gm = None
         self.runtime = None
 
