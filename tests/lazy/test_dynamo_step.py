@@ -100,8 +100,15 @@ def _adam_capturable(params):
     return torch.optim.Adam(params, lr=1e-2, capturable=params[0].device.type == "xla")
 
 
+def _nadam_capturable(params):
+    params = list(params)  # Dynamo makes only CUDA/XPU optimizers capturable (docs/compile.md)
+    xla = params[0].device.type == "xla"
+    return torch.optim.NAdam(params, lr=1e-2, capturable=xla)
+
+
 OPTIMIZERS = {
     "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
+    "nadam_capturable_scheduled": _nadam_capturable,
     "adam_capturable": _adam_capturable,
     "adam_foreach": lambda p: torch.optim.Adam(p, lr=1e-2, foreach=True),
     "adamw_tensor_lr": lambda p: torch.optim.AdamW(p, lr=torch.tensor(1e-2)),
@@ -112,14 +119,14 @@ OPTIMIZERS = {
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_optimizers_with_clipping_and_a_scheduler_compile_and_equal_eager(name):
     make = OPTIMIZERS[name]
-    sched = name == "adamw_tensor_lr"  # a tensor LR: the scheduler's values are no recompile
+    sched = name.endswith(("tensor_lr", "scheduled"))
     want, _, _ = _run(make, "cpu", "eager", clip=True, sched=sched)
     before = _count("CompiledGraphLazyRun"), _count("DynamoRecompile")
     got, traced, _ = _run(make, DEV, "step", clip=True, sched=sched)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
     assert traced[3:] == [0] * (STEPS - 3)
     assert _count("CompiledGraphLazyRun") == before[0]
-    if sched:
+    if name.endswith("tensor_lr"):  # a tensor LR: the scheduler's values are no recompile
         xc.report()  # syncs Dynamo's counts
         assert _count("DynamoRecompile") == before[1]
 
