@@ -88,3 +88,19 @@ def test_one_hot_and_item_run_as_in_grad_mode():
         with pytest.raises(DeviceIndexError):
             F.one_hot(torch.tensor([0, 5]).to(DEV), 3).cpu()
     assert _fallbacks() == before
+
+
+def test_a_transformer_encoder_with_a_padding_mask_agrees_where_not_padded():
+    """torch's nested-tensor fast path is for CPU and CUDA: on the xla device the encoder runs
+    its general path, whose padded positions hold values (eager's fast path: zeros)."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 2).eval()
+    x = torch.randn(2, 5, 16)
+    pad = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    with torch.inference_mode():
+        want = model(x, src_key_padding_mask=pad)
+        got = model.to(xl.device())(x.to(xl.device()), src_key_padding_mask=pad.to(xl.device()))
+        got = got.cpu()
+    torch.testing.assert_close(got[~pad], want[~pad])
+    assert (want[pad] == 0).all() and (got[pad] != 0).any()
