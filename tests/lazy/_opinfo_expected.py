@@ -18,10 +18,6 @@ RANDOM_CPU = "random draws from the CPU generator (the one the OpInfo seeds), as
 EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("float32", "_segment_reduce.lengths"): ("fallback", "no lowering: aten::segment_reduce"),
     ("float32", "_segment_reduce.offsets"): ("fallback", "no lowering: aten::segment_reduce"),
-    ("float32", "_upsample_bilinear2d_aa"): (
-        "fallback",
-        "no lowering: aten::_upsample_bilinear2d_aa",
-    ),
     ("float32", "argwhere"): ("fallback", DYNAMIC),
     ("float32", "chalf"): ("error", COMPLEX32),
     ("float32", "combinations"): ("fallback", DYNAMIC),
@@ -78,10 +74,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ("float32-grad", "_segment_reduce.offsets"): (
         "fallback",
         "no lowering: aten::_segment_reduce_backward, aten::segment_reduce",
-    ),
-    ("float32-grad", "_upsample_bilinear2d_aa"): (
-        "fallback",
-        "no lowering: aten::_upsample_bilinear2d_aa, aten::_upsample_bilinear2d_aa_backward",
     ),
     ("float32-grad", "chalf"): ("error", COMPLEX32),
     ("float32-grad", "combinations"): ("fallback", DYNAMIC),

@@ -6,7 +6,8 @@
 1. its special handler (``SPECIAL``, filled by ``special.py`` and ``random_ops.py`` with
    ``@special(op)``): aliases, copies and transfers, ``.item()``, splits, in-place view ops...;
 2. ``record.record`` if ``lowering.LOWERINGS`` has it (one IR node), unless its output shape
-   depends on the data (boolean-mask indexing, ``nonzero``...: CPU);
+   depends on the data (boolean-mask indexing, ``nonzero``...: CPU) or its lowering is for
+   other arguments (``lowering.LOWERED_IF``: ``histc`` of floating values...: CPU);
 3. a rewrite: in-place and ``out=`` ops become their functional op plus an assignment,
    ``_foreach_*`` ops a loop over the functional op;
 4. the op's ``CompositeImplicitAutograd`` kernel (as in eager), else PyTorch's decompositions
@@ -31,7 +32,7 @@ from .autocast import CPU_AUTOCAST_OPS, warn_cpu_autocast
 from .executor import to_cpu
 from .foreach import foreach_element
 from .identity import UnencodableAttribute
-from .lowering import ARGUMENT_CHECKS, LOWERINGS, library_ops
+from .lowering import ARGUMENT_CHECKS, LOWERED_IF, LOWERINGS, library_ops
 from .lowering.elementwise import register_fma
 from .lowering.registry import registrar
 from .record import assign, record, track_view
@@ -91,7 +92,7 @@ def _route(func: Any) -> tuple[Any, str, Any]:
     h = SPECIAL.get(func)
     if h is not None:
         r = (func, _SPECIAL, h)
-    elif func in LOWERINGS and func not in _MAYBE_DYNAMIC:
+    elif func in LOWERINGS and func not in _MAYBE_DYNAMIC and func not in LOWERED_IF:
         r = (func, _RECORD, func in CPU_AUTOCAST_OPS)  # target: whether to check CPU autocast
     else:
         f = functional_of(func) if is_inplace(func) else None
@@ -110,6 +111,9 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
     if h is not None:
         return h(args, kwargs)
     if func in LOWERINGS or (func.namespace != "aten" and library_ops.adopt(func)):
+        lowered_if = LOWERED_IF.get(func)
+        if lowered_if is not None and not lowered_if(*args, **kwargs):
+            return cpu_fallback(func, args, kwargs)
         if func in CPU_AUTOCAST_OPS:
             warn_cpu_autocast()
         if func in _MAYBE_DYNAMIC:

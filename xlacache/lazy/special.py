@@ -10,9 +10,8 @@ from typing import Any
 import torch
 
 from ._device import xla_one_hot
-from .dispatch import cpu_fallback, dispatch, special
+from .dispatch import dispatch, special
 from .executor import to_cpu
-from .lowering.indexing import histc_lowered
 from .record import assign, record, value
 from .state import STATE
 from .tensor import LazyTensor, untraced
@@ -155,15 +154,6 @@ def _fill_like(func: Any, fill: int) -> Any:
 
 _fill_like(aten.ones_like.default, 1)
 _fill_like(aten.zeros_like.default, 0)
-
-
-@special(aten.histc.default)
-def _histc(args: tuple, kwargs: dict) -> Any:
-    """Integers: the graph op (``lowering.indexing._histc``); floating values: eager's CPU
-    kernel, whose bins a graph would not reproduce bit for bit."""
-    if not histc_lowered(args[0].dtype):
-        return cpu_fallback(aten.histc.default, args, kwargs)
-    return record(aten.histc.default, args, kwargs)
 
 
 @special(aten.split.Tensor)

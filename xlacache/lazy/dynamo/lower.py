@@ -36,10 +36,9 @@ from torch.fx.node import map_aggregate
 
 from ..executor import conform_result
 from ..foreach import foreach_element
-from ..lowering import ARGUMENT_CHECKS, LOWERINGS, jax_dtype, precision
+from ..lowering import ARGUMENT_CHECKS, LOWERED_IF, LOWERINGS, jax_dtype, precision
 from ..lowering.checks import CHECKED_OPS, returning_checks
 from ..lowering.elementwise import register_fma
-from ..lowering.indexing import histc_lowered
 from ..record import WIDE_DTYPES, op_info
 from ..rng import compiled_stream
 from . import draws, strided
@@ -225,8 +224,6 @@ def _unlowerable(gm: GraphModule, nodes: list[Node], ints: set[Node]) -> str | N
                 return f"{t} has no lowering"
             if (refused := _refused(n)) is not None:
                 return refused
-            if t is aten.histc.default and not histc_lowered(n.args[0].meta["val"].dtype):
-                return "histc of floating values runs on the CPU (lowering.indexing._histc)"
             for v in _vals(n):
                 if v is not None and not _fake(v):
                     return f"{t} returns {type(v).__name__}"
@@ -236,16 +233,20 @@ def _unlowerable(gm: GraphModule, nodes: list[Node], ints: set[Node]) -> str | N
 
 
 def _refused(n: Node) -> str | None:
-    """Eager's error for an argument of ``n`` its argument check refuses (``ARGUMENT_CHECKS``):
-    the graph runs lazily, where the op raises it."""
-    argument_check = ARGUMENT_CHECKS.get(n.target)
-    if argument_check is None:
+    """Why ``n`` cannot be compiled: its lowering is for other arguments (``LOWERED_IF``: eager's
+    CPU kernel runs), or eager's error for an argument its argument check refuses
+    (``ARGUMENT_CHECKS``). The graph runs lazily, where the op falls back or raises."""
+    check, lowered_if = ARGUMENT_CHECKS.get(n.target), LOWERED_IF.get(n.target)
+    if check is None and lowered_if is None:
         return None
     args, kwargs = map_aggregate(
         (n.args, n.kwargs), lambda a: a.meta.get("val") if isinstance(a, Node) else a
     )
+    if lowered_if is not None and not lowered_if(*args, **kwargs):
+        return f"{n.target} runs on the CPU for these inputs"
     try:
-        argument_check(*args, **kwargs)
+        if check is not None:
+            check(*args, **kwargs)
     except RuntimeError as e:
         return f"{n.target}: {e}"
     return None

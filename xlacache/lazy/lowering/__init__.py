@@ -23,6 +23,7 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``conv``            convolution and pooling
 ``resample``        interpolation and padding backward ops
 ``grid_sample``     ``F.grid_sample``: the 3-d sampler, both samplers' backward ops
+``antialias``       antialiased bilinear/bicubic interpolation and its backward ops
 ``special_fns``     gamma/erf/Bessel/zeta families, orthogonal polynomials
 ``spectral``        complex numbers (``complex``, ``polar``, real/complex views), FFTs
 ``random``          random draws (``lower_random``; not in the table: one ``random`` node)
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 from . import (  # noqa: F401
     activations,
+    antialias,
     conv,
     elementwise,
     embedding_bag,
@@ -61,10 +63,18 @@ from . import (  # noqa: F401
 )
 from .dtypes import BIT_VIEWS, cast, jax_dtype, x64
 from .random import lower_random
-from .registry import ARGUMENT_CHECKS, LOWERINGS, META_KERNELS, STATIC_SCALAR_OPS, reg
+from .registry import (
+    ARGUMENT_CHECKS,
+    LOWERED_IF,
+    LOWERINGS,
+    META_KERNELS,
+    STATIC_SCALAR_OPS,
+    reg,
+)
 
 __all__ = [
     "ARGUMENT_CHECKS",
+    "LOWERED_IF",
     "META_KERNELS",
     "BIT_VIEWS",
     "LOWERINGS",

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import torch
 
 from .checks import checked, in_range
-from .registry import LOWERINGS, highest, lowest, norm_dim, reg, scalar_as_vector
+from .registry import LOWERINGS, highest, lowered_if, lowest, norm_dim, reg, scalar_as_vector
 
 aten = torch.ops.aten
 
@@ -265,9 +265,11 @@ def _isin(x: Any, test: Any, *, assume_unique: bool = False, invert: bool = Fals
     return ~found if invert else found
 
 
-def histc_lowered(dtype: torch.dtype) -> bool:
-    """Whether ``histc`` of ``dtype`` values is a graph op (integers) rather than eager's CPU
-    kernel (floating values, whose bins a graph would not reproduce bit for bit)."""
+@lowered_if(aten.histc.default)
+def _histc_of_integers(x: Any, *args: Any, **kwargs: Any) -> bool:
+    """``histc`` of integers is a graph op; of floating values, eager's CPU kernel (whose bins
+    a graph would not reproduce bit for bit)."""
+    dtype = x.dtype
     return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
 
 
@@ -276,7 +278,7 @@ def _histc(x: Any, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:  # noqa:
     """``histc`` of integers, as CUDA computes it (eager's CPU kernel takes no integers, and
     transformers' MoE layers count routed tokens with it on every device but the CPU): bounds
     truncated to integers, the data's own when equal, ``(x - min) * bins // (max - min)``
-    with ``max`` in the last bin. Floating values run on the CPU (``special.py``): eager's
+    with ``max`` in the last bin. Floating values run on the CPU (``_histc_of_integers``): eager's
     bin edges come from a float ``linspace`` that a graph would have to reproduce bit for bit."""
     if not jnp.issubdtype(x.dtype, jnp.integer):
         raise NotImplementedError("xlacache.lazy: histc of floating values runs on the CPU")

@@ -68,6 +68,10 @@ reg = registrar(LOWERINGS, "a lowering")  # ``@reg(aten.op.overload, ...)``
 # value: a negative integer exponent), run with the meta kernel's arguments when it runs
 ARGUMENT_CHECKS: dict[Any, Fn] = {}
 argument_check = registrar(ARGUMENT_CHECKS, "an argument check")
+# ops lowered for some arguments only: ``condition(*args, **kwargs)`` (meta tensors, or
+# Dynamo's fakes) says whether these are; for the others eager's kernel runs on the CPU
+LOWERED_IF: dict[Any, Fn] = {}
+lowered_if = registrar(LOWERED_IF, "a lowering condition")
 # shape inference for ops whose meta kernel refuses what their eager kernel takes
 META_KERNELS: dict[Any, Fn] = {}
 meta_kernel = registrar(META_KERNELS, "a meta kernel")
