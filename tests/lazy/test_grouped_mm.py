@@ -138,15 +138,14 @@ def test_transformers_grouped_mm_fallback_op_is_lowered_with_its_backward(compil
     loss(a, b, OFFS).backward()
     ad, bd = (t.detach().to(DEV).requires_grad_() for t in (a, b))
     fn = torch.compile(loss, backend="xlacache") if compiled else loss
-    lazy_runs = xc.report()["CompiledGraphLazyRun"]
-    metrics.clear_counters()
+    metrics.clear_counters()  # (the counts, lazy runs included, start at 0)
     got = fn(ad, bd, OFFS.to(DEV))
     got.backward()
     torch.testing.assert_close(got.cpu(), loss(a, b, OFFS).detach())
     torch.testing.assert_close(ad.grad.cpu(), a.grad)
     torch.testing.assert_close(bd.grad.cpu(), b.grad)
     assert metrics.executed_fallback_ops() == []
-    assert xc.report()["CompiledGraphLazyRun"] == lazy_runs
+    assert xc.report()["CompiledGraphLazyRun"] == 0
 
 
 def test_a_library_op_with_another_schema_is_not_adopted(monkeypatch):
