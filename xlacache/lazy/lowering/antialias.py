@@ -7,9 +7,12 @@ axis, output ``i`` reads the inputs in a window around ``center = scale * (i + 0
 ``support`` wide (the filter's, widened by the downscaling factor), weighted by the filter
 (triangle; cubic with a = -0.5) at the scaled distances and normalized to sum 1, in the input's
 float type (float32 for bfloat16/float16, which eager's CPU kernel refuses). The width is
-resampled first, then the height; an axis whose size does not change is left as it is. Each
-window is summed in eager's order and only within the window (an infinite value outside it
-stays out). The backward ops are ``jax.vjp`` of the forward.
+resampled first, then the height; an axis whose size does not change is left as it is. The
+weights are eager's bit for bit (its compiled cubic filter's fused multiply-adds included).
+Each window is summed in eager's order and only within the window (an infinite value outside
+it stays out); eager fuses those multiply-adds too, which a portable program does not, so a
+downsampled value can differ from eager's in its last bit or two. The backward ops are
+``jax.vjp`` of the forward.
 """
 
 from __future__ import annotations
@@ -28,14 +31,23 @@ aten = torch.ops.aten
 LINEAR, CUBIC = 2, 4  # the filters' sizes
 
 
+def _fma(a: Any, b: Any, c: Any, t: type) -> Any:
+    """``a * b + c`` rounded once to ``t``, as the fused multiply-add eager's compiled kernel
+    makes of it (x86 builds contract these; float64 holds a float32 product exactly)."""
+    if t is np.float64:
+        return a * b + c  # (no wider type here: float64 kernels round twice, as this does)
+    wide = np.float64
+    return (np.asarray(a, wide) * np.asarray(b, wide) + np.asarray(c, wide)).astype(t)
+
+
 def _filter(kind: int, x: Any, t: type) -> Any:
     """Eager's ``aa_filter`` in float type ``t``."""
     x = np.abs(x.astype(t))
     if kind == LINEAR:
         return np.where(x < 1, (1.0 - x.astype(np.float64)).astype(t), t(0))
     a = t(-0.5)
-    near = ((a + t(2)) * x - (a + t(3))) * x * x + t(1)
-    far = ((a * x - t(5) * a) * x + t(8) * a) * x - t(4) * a
+    near = _fma(_fma(a + t(2), x, -(a + t(3)), t) * x, x, t(1), t)
+    far = _fma(_fma(_fma(a, x, t(-5) * a, t), x, t(8) * a, t), x, t(-4) * a, t)
     return np.where(x < 1, near, np.where(x < 2, far, t(0))).astype(t)
 
 
