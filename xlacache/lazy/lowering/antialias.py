@@ -35,7 +35,7 @@ def _fma(a: Any, b: Any, c: Any, t: type) -> Any:
     """``a * b + c`` rounded once to ``t``, as the fused multiply-add eager's compiled kernel
     makes of it (x86 builds contract these; float64 holds a float32 product exactly)."""
     if t is np.float64:
-        return a * b + c  # (no wider type here: float64 kernels round twice, as this does)
+        return a * b + c  # no wider type to fuse in: a float64 weight may differ in its last bit
     wide = np.float64
     return (np.asarray(a, wide) * np.asarray(b, wide) + np.asarray(c, wide)).astype(t)
 
