@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from .registry import lowered_if, reg
+from .resample import pixel_scale
 
 aten = torch.ops.aten
 LINEAR, CUBIC = 2, 4  # the filters' sizes
@@ -51,17 +52,10 @@ def _filter(kind: int, x: Any, t: type) -> Any:
     return np.where(x < 1, near, np.where(x < 2, far, t(0))).astype(t)
 
 
-def _scale(n_in: int, n_out: int, align_corners: bool, scale: Any, t: type) -> Any:
-    """``area_pixel_compute_scale`` in float type ``t``."""
-    if align_corners:
-        return t(n_in - 1) / t(n_out - 1) if n_out > 1 else t(0)
-    return t(1.0 / scale) if scale is not None and scale > 0 else t(n_in) / t(n_out)
-
-
 def _weights(kind: int, n_in: int, n_out: int, align_corners: bool, scale: Any, t: type) -> tuple:
     """Per output: the window's first input (n_out,), its size (n_out,) and its weights
     (n_out, widest window), as eager computes them in float type ``t``."""
-    s = _scale(n_in, n_out, align_corners, scale, t)
+    s = pixel_scale(n_in, n_out, align_corners, scale, t)
     support = t(kind * 0.5) * s if s >= 1.0 else t(kind * 0.5)
     width = int(math.ceil(support)) * 2 + 1
     invscale = t(1.0 / float(s)) if s >= 1.0 else t(1.0)

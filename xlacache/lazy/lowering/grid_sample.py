@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import torch
 
 from .registry import reg, upcast
+from .resample import cubic_weights
 
 aten = torch.ops.aten
 BILINEAR, NEAREST, BICUBIC = 0, 1, 2
@@ -86,18 +87,6 @@ def _reader(a: Any) -> Any:
     return read
 
 
-def _cubic(t: Any) -> list:
-    """The four cubic convolution weights at fraction ``t`` (eager's expressions)."""
-
-    def near(x: Any) -> Any:  # |x| <= 1
-        return ((_A + 2) * x - (_A + 3)) * x * x + 1
-
-    def far(x: Any) -> Any:  # 1 < |x| < 2
-        return ((_A * x - 5 * _A) * x + 8 * _A) * x - 4 * _A
-
-    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
-
-
 def _bicubic(read: Any, ix: Any, iy: Any, pad_x: Any, pad_y: Any) -> Any:
     """The 16 taps around each point (each padded), weighted by rows then columns. The four
     weights of a row sum to 1, so each tap enters as its difference from the row's second:
@@ -111,8 +100,8 @@ def _bicubic(read: Any, ix: Any, iy: Any, pad_x: Any, pad_y: Any) -> Any:
         for i in range(4):
             v, inside = read([pad_x(x0 - 1 + i), ty])
             taps.append(jnp.where(inside, v, 0))
-        rows.append(_around_second(taps, _cubic(ix - x0)))
-    return _around_second(rows, _cubic(iy - y0))
+        rows.append(_around_second(taps, cubic_weights(ix - x0, _A)))
+    return _around_second(rows, cubic_weights(iy - y0, _A))
 
 
 def _around_second(values: list, weights: list) -> Any:

@@ -24,23 +24,37 @@ _HIGHEST = jax.lax.Precision.HIGHEST  # exact sums, never a reduced-precision pr
 f32 = np.float32
 
 
-def _scale(n_in: int, n_out: int, align_corners: bool, scale: Any) -> Any:
+def pixel_scale(n_in: int, n_out: int, align_corners: bool, scale: Any, t: type = f32) -> Any:
+    """Eager's ``area_pixel_compute_scale`` in float type ``t``."""
     if align_corners:
-        return f32(n_in - 1) / f32(n_out - 1) if n_out > 1 else f32(0)
-    return f32(1.0 / scale) if scale is not None and scale > 0 else f32(n_in) / f32(n_out)
+        return t(n_in - 1) / t(n_out - 1) if n_out > 1 else t(0)
+    return t(1.0 / scale) if scale is not None and scale > 0 else t(n_in) / t(n_out)
+
+
+def cubic_weights(t: Any, a: Any) -> list:
+    """The four cubic convolution weights at fraction ``t`` (numpy or JAX values), with eager's
+    expressions (``UpSample.h``)."""
+
+    def near(x: Any) -> Any:  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x: Any) -> Any:  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
 def _nearest(n_in: int, n_out: int, scale: Any, exact: bool) -> np.ndarray:
     dst = np.arange(n_out)
     if exact:
-        s = f32(1.0 / scale) if scale is not None and scale > 0 else f32(n_in) / f32(n_out)
+        s = pixel_scale(n_in, n_out, False, scale)
         src = np.floor((dst.astype(f32) + f32(0.5)) * s).astype(np.int64)
     elif n_out == n_in:
         src = dst
     elif n_out == 2 * n_in:
         src = dst >> 1
     else:
-        s = f32(1.0 / scale) if scale is not None and scale > 0 else f32(n_in) / f32(n_out)
+        s = pixel_scale(n_in, n_out, False, scale)
         src = np.floor(dst.astype(f32) * s).astype(np.int64)
     m = np.zeros((n_out, n_in), f32)
     m[dst, np.minimum(src, n_in - 1)] = 1
@@ -48,7 +62,7 @@ def _nearest(n_in: int, n_out: int, scale: Any, exact: bool) -> np.ndarray:
 
 
 def _linear(n_in: int, n_out: int, align_corners: bool, scale: Any) -> np.ndarray:
-    s = _scale(n_in, n_out, align_corners, scale)
+    s = pixel_scale(n_in, n_out, align_corners, scale)
     dst = np.arange(n_out).astype(f32)
     real = s * dst if align_corners else np.maximum(s * (dst + f32(0.5)) - f32(0.5), f32(0))
     i0 = np.minimum(np.floor(real).astype(np.int64), n_in - 1)
@@ -62,20 +76,12 @@ def _linear(n_in: int, n_out: int, align_corners: bool, scale: Any) -> np.ndarra
 
 
 def _cubic(n_in: int, n_out: int, align_corners: bool, scale: Any) -> np.ndarray:
-    a = f32(-0.75)
-
-    def conv1(x: Any) -> Any:
-        return ((a + 2) * x - (a + 3)) * x * x + 1
-
-    def conv2(x: Any) -> Any:
-        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-
-    s = _scale(n_in, n_out, align_corners, scale)
+    s = pixel_scale(n_in, n_out, align_corners, scale)
     dst = np.arange(n_out).astype(f32)
     real = s * dst if align_corners else s * (dst + f32(0.5)) - f32(0.5)
     i0 = np.floor(real).astype(np.int64)
     t = (real - i0.astype(f32)).astype(f32)
-    coeffs = [conv2(t + 1), conv1(t), conv1(1 - t), conv2(2 - t)]
+    coeffs = cubic_weights(t, f32(-0.75))
     m = np.zeros((n_out, n_in), f32)
     rows = np.arange(n_out)
     for k, c in enumerate(coeffs):
