@@ -60,6 +60,37 @@ def test_copy_into_device_tensor_without_python_key():
     assert grid.tolist() == [[0.0, 0.0, 0.0], [4.0, 5.0, 6.0]]
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x, d: torch.zeros_like(x, device=d),
+        lambda x, d: torch.ones_like(x, device=d, dtype=torch.int32),
+        lambda x, d: torch.full_like(x, 7.0, device=d),
+        lambda x, d: torch.empty_like(x.t(), device=d).stride(),  # eager's layout
+        lambda x, d: x.new_zeros((2, 5), device=d),
+        lambda x, d: x.new_full((2,), -1.0, device=d),
+        lambda x, d: x.new_empty_strided((2, 3), (1, 2), device=d).stride(),
+        lambda x, d: torch.randint_like(x, 10, device=d),
+    ],
+)
+@pytest.mark.parametrize("where", ["cpu", "meta"])
+def test_like_ops_naming_another_device_make_their_result_there(make, where):
+    """``torch.zeros_like(x, device="cpu")``, ``x.new_empty(n, device="meta")``: ``x`` gives its
+    shape, dtype and layout, and the result lives where ``device`` says, as in eager."""
+    x = torch.arange(12.0).reshape(3, 4)
+    torch.manual_seed(0)
+    want = make(x, where)
+    torch.manual_seed(0)  # a CPU draw comes from the CPU generator, as eager's
+    got = make(x.to(dev), where)
+    if isinstance(want, tuple):
+        assert got == want
+        return
+    assert type(got) is torch.Tensor and got.device == want.device
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if where == "cpu":
+        assert torch.equal(got, want)
+
+
 # ------------------------------------------------------------------ storages and saving
 
 

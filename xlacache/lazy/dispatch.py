@@ -3,6 +3,8 @@
 ``dispatch(func, args, kwargs)`` (installed into ``LazyTensor.__torch_dispatch__`` by
 ``xlacache.lazy``) sends an op, in this order, to
 
+0. eager's kernel on another device, for a ``*_like`` or ``new_*`` op whose ``device=`` names
+   one (``other_device.py``: ``torch.zeros_like(x, device="cpu")``);
 1. its special handler (``SPECIAL``, filled by ``special.py`` and ``random_ops.py`` with
    ``@special(op)``): aliases, copies and transfers, ``.item()``, splits, in-place view ops...;
 2. ``record.record`` if ``lowering.LOWERINGS`` has it (one IR node), unless its output shape
@@ -35,6 +37,7 @@ from .identity import UnencodableAttribute
 from .lowering import ARGUMENT_CHECKS, LOWERED_IF, LOWERINGS, library_ops
 from .lowering.elementwise import register_fma
 from .lowering.registry import registrar
+from .other_device import elsewhere, is_like_op, run_elsewhere
 from .record import assign, record, track_view
 from .state import STATE
 from .tensor import LazyTensor
@@ -90,7 +93,9 @@ def _route(func: Any) -> tuple[Any, str, Any]:
         _ROUTES.clear()
         STATE.routes_version = version
     h = SPECIAL.get(func)
-    if h is not None:
+    if is_like_op(func):  # ``zeros_like(x, device="cpu")``: not on the lazy device
+        r = (func, _SPECIAL, lambda args, kwargs: _like(func, args, kwargs))
+    elif h is not None:
         r = (func, _SPECIAL, h)
     elif func in LOWERINGS and func not in _MAYBE_DYNAMIC and func not in LOWERED_IF:
         r = (func, _RECORD, func in CPU_AUTOCAST_OPS)  # target: whether to check CPU autocast
@@ -104,6 +109,13 @@ def _route(func: Any) -> tuple[Any, str, Any]:
             r = (func, _OTHER, None)
     _ROUTES[id(func)] = r
     return r
+
+
+def _like(func: Any, args: tuple, kwargs: dict) -> Any:
+    device = elsewhere(kwargs)
+    if device is not None:
+        return run_elsewhere(func, args, kwargs, device)
+    return _dispatch_slow(func, args, kwargs)
 
 
 def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
