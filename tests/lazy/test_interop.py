@@ -60,6 +60,24 @@ def test_copy_into_device_tensor_without_python_key():
     assert grid.tolist() == [[0.0, 0.0, 0.0], [4.0, 5.0, 6.0]]
 
 
+def test_python_data_holding_device_scalars():
+    """``torch.tensor([loss_a, loss_b])`` reads each element below the Python key
+    (``aten::_local_scalar_dense``); the result is a CPU tensor, as with CUDA tensors."""
+    t = torch.tensor([1.5, 2.5, -3.0])
+    d = t.to(dev)
+    got = torch.tensor([d[0], d[2] > 0, d[1:2]])
+    assert type(got) is torch.Tensor and torch.equal(got, torch.tensor([t[0], t[2] > 0, t[1:2]]))
+    on_dev = torch.tensor([[d[0]], [d[1]]], device=dev)
+    assert on_dev.device == dev and on_dev.cpu().tolist() == [[1.5], [2.5]]
+
+
+def test_numpy_of_a_tensor_that_requires_grad_raises_as_in_eager():
+    x = torch.ones(2, device=dev, requires_grad=True)
+    with pytest.raises(RuntimeError, match="Can't call numpy"):
+        x.numpy()
+    assert x.numpy(force=True).tolist() == x.detach().numpy().tolist() == [1.0, 1.0]
+
+
 @pytest.mark.parametrize(
     "make",
     [

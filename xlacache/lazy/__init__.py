@@ -209,7 +209,7 @@ def install() -> None:
         return
     _device.activate(
         [
-            lambda: _device.install(_factories.factory, _factories.copy_from),
+            lambda: _device.install(_factories.factory, _factories.XLA_KERNELS),
             _autocast.install,
             _rng.install_generator,
             _rng.install_seed_hook,

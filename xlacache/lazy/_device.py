@@ -45,19 +45,18 @@ kaiser_window kaiser_window.periodic kaiser_window.beta
 """
 
 
-def install(
-    factory: Callable[[Any, tuple, dict], Any], copy_from: Callable[..., Any] | None = None
-) -> None:
+def install(factory: Callable[[Any, tuple, dict], Any], kernels: dict[Any, Callable]) -> None:
     """Install the guard, route XLA-key factory ops to ``factory(func, args, kwargs)`` and
-    ``aten::_copy_from`` (CPU <-> device copies with no Python key) to ``copy_from``."""
+    each op of ``kernels`` (ops torch runs with no Python key: ``aten::_copy_from``...) to its
+    kernel."""
     if _state["done"]:
         return
     install_guard()
     lib = torch.library.Library("aten", "IMPL")
     for op in torch_internals.aten_ops(*_FACTORIES.split()):
         lib.impl(op, _bind(factory, op), "XLA")
-    if copy_from is not None:
-        lib.impl(torch.ops.aten._copy_from.default, copy_from, "XLA")
+    for op, kernel in kernels.items():
+        lib.impl(op, kernel, "XLA")
     strided_ = torch.ops.aten.as_strided_.default
     if not strided_.has_kernel_for_dispatch_key(torch._C.DispatchKey.XLA):  # torch_xla's wins
         lib.impl(strided_, _as_strided_, "XLA")

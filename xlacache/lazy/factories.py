@@ -2,8 +2,8 @@
 
 ``_device.install(factory)`` registers ``factory`` for the allocating factories (``empty``,
 ``zeros``, ``arange``, ``full``, ``randn``...): ``torch.zeros(3, device=dev)`` has no lazy
-argument, so it never reaches ``__torch_dispatch__``. Kernels for other such ops (CPU -> device
-copies such as ``aten::_copy_from``) belong here too.
+argument, so it never reaches ``__torch_dispatch__``. Kernels for other ops torch runs below
+the Python key (``XLA_KERNELS``: CPU <-> device copies, reading a scalar) belong here too.
 """
 
 from __future__ import annotations
@@ -56,3 +56,14 @@ def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) 
             raise RuntimeError(f"xlacache.lazy: _copy_from between {src.device} and {dst.device}")
         dst.copy_(to_cpu(src))
         return dst
+
+
+def local_scalar(x: torch.Tensor) -> Any:
+    """XLA-key kernel for ``aten::_local_scalar_dense``: the value of a one-element tensor,
+    where torch reads it with no Python key (``torch.tensor([loss_a, loss_b])``)."""
+    with LOCK:
+        return to_cpu(x).item()
+
+
+# ops torch runs on device tensors below the Python key, with their kernels
+XLA_KERNELS = {aten._copy_from.default: copy_from, aten._local_scalar_dense.default: local_scalar}

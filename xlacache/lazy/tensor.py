@@ -117,6 +117,11 @@ class LazyTensor(torch.Tensor):
         return self.detach().cpu().tolist()
 
     def numpy(self, *, force: bool = False) -> Any:
+        if self.requires_grad and not force:  # eager's check (a copy would drop the graph)
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. "
+                "Use tensor.detach().numpy() instead."
+            )
         return self.detach().cpu().numpy()
 
     # Lazy tensors report contiguous strides: where eager's layout (``Cell._lay``) is not,
