@@ -12,6 +12,7 @@ import pytest
 import safetensors.torch as st
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import vector_to_parameters
 
 import xlacache.lazy as xl
 from tests.conftest import run_json, run_python
@@ -69,6 +70,39 @@ def test_python_data_holding_device_scalars():
     assert type(got) is torch.Tensor and torch.equal(got, torch.tensor([t[0], t[2] > 0, t[1:2]]))
     on_dev = torch.tensor([[d[0]], [d[1]]], device=dev)
     assert on_dev.device == dev and on_dev.cpu().tolist() == [[1.5], [2.5]]
+
+
+def _assign_data(p, src):
+    p.data = src[:4].view(2, 2)  # a view: p shares src's storage from now on
+    p.data.mul_(10)
+    src[0] = -1.0
+    (p * p).sum().backward()
+    with torch.no_grad():
+        p.sub_(0.01 * p.grad)
+    p.data = src.clone()  # another shape
+    return p
+
+
+@pytest.mark.parametrize(
+    "assign",
+    [
+        _assign_data,
+        lambda p, src: (vector_to_parameters(src[:4] * 2, [p]), p)[1],
+        lambda p, src: (setattr(p, "data", src[4:].view_as(p).data), p)[1],
+    ],
+)
+def test_assigning_data_gives_the_tensor_the_new_value_and_storage(assign):
+    """``p.data = t`` (``vector_to_parameters``, old init code): ``p`` keeps its identity and
+    ``requires_grad`` and takes ``t``'s shape and value, sharing its storage, as in eager."""
+    src, dsrc = torch.arange(8.0), torch.arange(8.0, device=dev)
+    want_p = assign(torch.nn.Parameter(torch.zeros(2, 2)), src)
+    p = torch.nn.Parameter(torch.zeros(2, 2, device=dev))
+    got_p = assign(p, dsrc)
+    assert got_p is p and p.requires_grad and p.shape == want_p.shape
+    assert torch.equal(p.detach().cpu(), want_p.detach())
+    assert torch.equal(dsrc.cpu(), src)
+    with pytest.raises(RuntimeError, match="incompatible tensor type"):  # as for CUDA
+        p.data = torch.ones(2, 2)
 
 
 def test_numpy_of_a_tensor_that_requires_grad_raises_as_in_eager():

@@ -66,6 +66,7 @@ def _fwd(name: str) -> property:
 
 
 _now = time.perf_counter_ns
+_DATA = torch._C.TensorBase.data  # torch's ``Tensor.data`` descriptor
 _INNER = torch_internals.lazy_inner_tensors()
 _set_eval_frame = torch._C._dynamo.eval_frame.set_eval_frame
 _inference_mode = torch.is_inference_mode_enabled
@@ -115,6 +116,18 @@ class LazyTensor(torch.Tensor):
 
     def tolist(self) -> Any:
         return self.detach().cpu().tolist()
+
+    @property
+    def data(self) -> Any:
+        return _DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        # ``p.data = t`` (``vector_to_parameters``, init code): ``p`` keeps its identity and
+        # ``requires_grad`` and takes ``t``'s shape, dtype and value, sharing its storage, as
+        # in eager; torch's setter (its checks, the sizes) alone would keep the old value
+        _DATA.__set__(self, new)
+        self._c = new.detach()._c  # an alias of ``t``: writes to either reach the other
 
     def numpy(self, *, force: bool = False) -> Any:
         if self.requires_grad and not force:  # eager's check (a copy would drop the graph)
