@@ -105,6 +105,27 @@ def test_assigning_data_gives_the_tensor_the_new_value_and_storage(assign):
         p.data = torch.ones(2, 2)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("lengths_on", ["cpu", "device"])
+def test_ctc_loss_takes_lengths_on_the_cpu_as_eager_does(reduction, lengths_on):
+    """torch's own example passes the lengths as CPU tensors with device log-probabilities;
+    torch's kernel for tensors with the Python key would divide by them on the CPU."""
+    torch.manual_seed(0)
+    lp = torch.randn(6, 2, 5).log_softmax(2).requires_grad_()
+    targets, il, tl = torch.tensor([[1, 2], [3, 3]]), torch.tensor([6, 5]), torch.tensor([2, 1])
+    want = F.ctc_loss(lp, targets, il, tl, reduction=reduction)
+    want.backward()
+    dlp = lp.detach().to(dev).requires_grad_()
+    if lengths_on == "device":
+        il, tl = il.to(dev), tl.to(dev)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ctc_loss itself runs on the CPU (no lowering)
+        got = F.ctc_loss(dlp, targets.to(dev), il, tl, reduction=reduction)
+        got.backward()
+    torch.testing.assert_close(got.cpu(), want)
+    torch.testing.assert_close(dlp.grad.cpu(), lp.grad)
+
+
 def test_numpy_of_a_tensor_that_requires_grad_raises_as_in_eager():
     x = torch.ones(2, device=dev, requires_grad=True)
     with pytest.raises(RuntimeError, match="Can't call numpy"):

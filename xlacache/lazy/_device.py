@@ -14,7 +14,8 @@ Two things a C++ backend normally provides are set up here:
   ``eq(x.unsqueeze(-1), arange(n))`` for any tensor with the Python key (lazy tensors, and
   the fakes ``torch.compile`` traces), where a class past ``n`` gives a row of zeros; its
   kernel for the ``xla`` device itself scatters the ones and lets the scatter's device check
-  raise, and so does this one, for lazy tensors and in compiled graphs.
+  raise, and so does this one, for lazy tensors and in compiled graphs; ``ctc_loss`` with
+  lengths in tensors is there too (``xla_ctc_loss``).
 
 The guard is registered at import (``install_guard``), as torch_xla's extension does: torch's
 autograd engine sizes its per-device queues once, at the process's first backward, from the
@@ -35,6 +36,7 @@ import torch
 from . import torch_internals
 
 DEVICE = torch.device("xla:0")
+aten = torch.ops.aten
 _state: dict[str, Any] = {"done": False, "libs": [], "undo": []}
 # the allocating factory ops (those this torch has get an XLA-key kernel)
 _FACTORIES = """
@@ -60,9 +62,9 @@ def install(factory: Callable[[Any, tuple, dict], Any], kernels: dict[Any, Calla
     strided_ = torch.ops.aten.as_strided_.default
     if not strided_.has_kernel_for_dispatch_key(torch._C.DispatchKey.XLA):  # torch_xla's wins
         lib.impl(strided_, _as_strided_, "XLA")
-    one_hot = torch.ops.aten.one_hot.default
-    if not one_hot.has_kernel_for_dispatch_key(torch._C.DispatchKey.AutogradXLA):
-        lib.impl(one_hot, xla_one_hot, "AutogradXLA")
+    for op, kernel in ((aten.one_hot.default, xla_one_hot), (aten.ctc_loss.Tensor, xla_ctc_loss)):
+        if not op.has_kernel_for_dispatch_key(torch._C.DispatchKey.AutogradXLA):
+            lib.impl(op, kernel, "AutogradXLA")
     _state["libs"].append(lib)
     _state["done"] = True
 
@@ -96,6 +98,21 @@ def xla_one_hot(x: torch.Tensor, num_classes: int = -1) -> torch.Tensor:
         raise RuntimeError("num_classes should be positive")
     out = torch.zeros((*x.shape, num_classes), dtype=x.dtype, device=x.device)
     return out.scatter_(-1, x.unsqueeze(-1), 1)
+
+
+def xla_ctc_loss(
+    log_probs: torch.Tensor,
+    targets: torch.Tensor,
+    input_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    *args: Any,
+) -> torch.Tensor:
+    """``F.ctc_loss`` with lengths in tensors: eager reads them on the host, so lengths on the
+    CPU go with log-probabilities on a device (torch's own example); torch's kernel for
+    tensors with the Python key divides by ``target_lengths`` where they are, mixing devices.
+    Lengths go to the log-probabilities' device first, then that kernel runs."""
+    il, tl = (x.to(log_probs.device) for x in (input_lengths, target_lengths))
+    return aten.ctc_loss.Tensor.decompose(log_probs, targets, il, tl, *args)
 
 
 def _bind(factory: Callable[[Any, tuple, dict], Any], op: Any) -> Callable[..., Any]:

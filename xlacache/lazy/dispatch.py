@@ -93,8 +93,8 @@ def _route(func: Any) -> tuple[Any, str, Any]:
         _ROUTES.clear()
         STATE.routes_version = version
     h = SPECIAL.get(func)
-    if is_like_op(func):  # ``zeros_like(x, device="cpu")``: not on the lazy device
-        r = (func, _SPECIAL, lambda args, kwargs: _like(func, args, kwargs))
+    if is_like_op(func):  # ``zeros_like(x, device="cpu")``: the slow path checks the device
+        r = (func, _OTHER, None)
     elif h is not None:
         r = (func, _SPECIAL, h)
     elif func in LOWERINGS and func not in _MAYBE_DYNAMIC and func not in LOWERED_IF:
@@ -111,14 +111,11 @@ def _route(func: Any) -> tuple[Any, str, Any]:
     return r
 
 
-def _like(func: Any, args: tuple, kwargs: dict) -> Any:
-    device = elsewhere(kwargs)
-    if device is not None:
-        return run_elsewhere(func, args, kwargs, device)
-    return _dispatch_slow(func, args, kwargs)
-
-
 def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
+    if "device" in kwargs and is_like_op(func):
+        device = elsewhere(kwargs)
+        if device is not None:
+            return run_elsewhere(func, args, kwargs, device)
     h = SPECIAL.get(func)
     if h is not None:
         return h(args, kwargs)
