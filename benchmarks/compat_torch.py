@@ -45,6 +45,7 @@ TESTS = (
     "lazy/test_draw_checks.py",
     "lazy/test_inference_mode.py",
     "lazy/test_antialias.py",
+    "lazy/test_control_flow.py",
     "lazy/test_embedding_bag.py",
     "lazy/test_grid_sample.py",
     "lazy/test_grouped_mm.py",

@@ -37,6 +37,7 @@ if _lazy_setting("gc_freeze"):
 
 from . import _device, metrics  # noqa: E402
 from . import autocast as _autocast  # noqa: E402
+from . import control_flow as _control_flow  # noqa: E402
 from . import dispatch as _dispatch  # noqa: E402
 from . import factories as _factories  # noqa: E402
 from . import packed as _packed  # noqa: E402, F401 - registers its handlers
@@ -203,7 +204,8 @@ def install() -> None:
     """Install what the ``xla`` device needs from torch (``device()`` does it at first use):
     the device guard and the XLA-key factory kernels, ``torch.autocast("xla")``'s kernels,
     ``torch.Generator(device="xla")``, the seeding hook of ``torch.manual_seed``, Dynamo's
-    trace rules; backward passes of the calling thread run on it (``_backward_on_this_thread``).
+    trace rules, the control-flow operators' rules (``torch.cond``...); backward passes of
+    the calling thread run on it (``_backward_on_this_thread``).
     Nothing else changes for any other device; ``uninstall()`` undoes it."""
     if _device.active():
         return
@@ -216,6 +218,7 @@ def install() -> None:
             _rng.install_device_module,
             _rng.install_rng_hops,
             _install_dynamo_rules,
+            _control_flow.install,
             _backward_on_this_thread,
         ]
     )

@@ -81,6 +81,8 @@ INTERNALS = (
     ),
     Internal("torch._prims.rng_prims.run_with_rng_state", "rng: RNG-state HOPs on lazy tensors"),
     Internal("torch._ops.HigherOrderOperator.py_impl", "rng: the HOPs' subclass rules"),
+    Internal("torch._C.DispatchKey.CompositeExplicitAutograd", "control_flow: eager's kernels"),
+    Internal("torch._C.DispatchKey.Autograd", "control_flow: torch's autograd kernels"),
     Internal("torch.utils._python_dispatch._get_current_dispatch_mode", "dynamo.program"),
     Internal("torch.utils._python_dispatch._pop_mode_temporarily", "dynamo.program"),
     Internal("torch._C.DispatchKeySet", "_device: as_strided_ on the XLA key (CPU's kernel)"),

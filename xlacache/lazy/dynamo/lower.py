@@ -201,6 +201,8 @@ def _unlowerable(gm: GraphModule, nodes: list[Node], ints: set[Node]) -> str | N
     for n in nodes:
         if n.op == "get_attr":
             c = getattr(gm, n.target, None)
+            if isinstance(c, torch.nn.Module):  # a branch or body of torch.cond, scan...
+                return f"{n.target} is a control-flow operator's subgraph"
             if not isinstance(c, torch.Tensor) or c.device.type != "cpu":
                 return f"constant {n.target} is not a CPU tensor"
         elif n.op == "call_function":
