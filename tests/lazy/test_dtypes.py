@@ -101,6 +101,29 @@ def test_float_to_int_conversions_match_eager():
         assert torch.equal(wide.to(DEV).to(dtype).cpu(), wide.to(dtype)), dtype
 
 
+@pytest.mark.parametrize(
+    "dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz]
+)
+@pytest.mark.parametrize("src", [torch.float32, torch.bfloat16, torch.float64])
+def test_float8_conversions_and_products_match_eager(dtype, src):
+    """Past its range a float becomes what this torch's kernel makes it (``float8_e4m3fn``
+    saturates to +-448 from torch 2.12, where XLA's ``convert`` gives NaN); a float8 product
+    accumulates in float32 and is rounded once, as eager's."""
+    x = torch.tensor([0.1, -1.7, 300.0, 1e-3, 448.0, 464.0, 465.0, -500.0, 6e4, 1e6])
+    x = torch.cat([x, torch.tensor([float("inf"), float("-inf"), float("nan"), -0.0])]).to(src)
+    got, want = x.to(DEV).to(dtype).cpu(), x.to(dtype)
+    torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=0, equal_nan=True)
+    assert torch.equal(got.float().signbit(), want.float().signbit())
+    a = torch.tensor([[300.0, -200.0], [1.5, 2.0]]).to(dtype)
+    b = torch.tensor([[2.0, 1.0], [-3.0, 0.5]]).to(dtype)
+    try:
+        want = a @ b
+    except RuntimeError:  # eager has no product for this type on the CPU
+        return
+    got = (a.to(DEV) @ b.to(DEV)).cpu()
+    torch.testing.assert_close(got.float(), want.float(), rtol=0, atol=0, equal_nan=True)
+
+
 def test_transfers_copy():
     """The device value is a copy: changing the CPU tensor afterwards changes nothing."""
     for n in (4, 100_000):

@@ -11,12 +11,14 @@ predicted (the executor casts every result to it with ``cast``).
 ``cast`` converts like eager PyTorch on x86 CPUs, where XLA's ``convert`` differs: a float
 converted to an integer type of at most 32 bits goes through int32 and wraps (``-1.0`` ->
 ``uint8`` 255, ``300.0`` -> ``uint8`` 44), out-of-range floats and NaN become the most negative
-int32/int64 (XLA saturates and sends NaN to 0).
+int32/int64 (XLA saturates and sends NaN to 0); a float past ``float8_e4m3fn``'s range
+becomes +-448 where this torch's kernel saturates (``e4m3fn_saturates``), where XLA gives NaN.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import jax
@@ -77,6 +79,8 @@ def cast(x: Any, dtype: Any) -> Any:
     src = np.dtype(x.dtype)
     if src == dtype:
         return x
+    if dtype == _E4M3FN and jnp.issubdtype(src, jnp.floating):
+        return _to_e4m3fn(x)
     if dtype.kind not in "iu" or src.kind not in "fc":
         return x.astype(dtype)
     if src.kind == "c":
@@ -89,6 +93,28 @@ def cast(x: Any, dtype: Any) -> Any:
     via = jnp.int64 if bits == 64 else jnp.int32
     i = jnp.where(bad, jnp.asarray(_INT_MIN[bits], via), xf.astype(via))
     return i.astype(dtype)
+
+
+_E4M3FN = np.dtype(jnp.float8_e4m3fn)
+_E4M3FN_MAX = 448.0
+
+
+@functools.cache
+def e4m3fn_saturates() -> tuple[bool, bool]:
+    """Whether this torch's conversion to ``float8_e4m3fn`` saturates a finite value past its
+    range, and an infinity, to +-448 (CPU, from torch 2.12, and CUDA), rather than making it
+    NaN (earlier CPU releases, and XLA's ``convert``): measured on eager's kernel."""
+    out = torch.tensor([1000.0, float("inf")]).to(torch.float8_e4m3fn).float().tolist()
+    return out[0] == _E4M3FN_MAX, out[1] == _E4M3FN_MAX
+
+
+def _to_e4m3fn(x: Any) -> Any:
+    finite, infinite = e4m3fn_saturates()
+    if finite:
+        x = jnp.where(jnp.isfinite(x), jnp.clip(x, -_E4M3FN_MAX, _E4M3FN_MAX), x)
+    if infinite:
+        x = jnp.where(jnp.isinf(x), jnp.sign(x) * _E4M3FN_MAX, x)
+    return x.astype(_E4M3FN)
 
 
 _TORCH = {np.dtype(v): k for k, v in DTYPES.items()}

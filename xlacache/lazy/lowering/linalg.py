@@ -18,11 +18,17 @@ from .registry import meta_kernel, reg, scaled
 aten = torch.ops.aten
 
 
+def _narrow(dtype: Any) -> bool:
+    """bfloat16, float16 and the float8 types: products accumulate in float32."""
+    return jnp.issubdtype(dtype, jnp.floating) and jnp.dtype(dtype).itemsize < 4
+
+
 def matmul(a: Any, b: Any, fp32_precision: str | None = None) -> Any:
-    """``a @ b``; bfloat16/float16 products accumulate in float32, as eager's (and the MXU's);
-    float32 ones with the precision PyTorch's setting gave (``precision.py``)."""
+    """``a @ b``; bfloat16/float16/float8 products accumulate in float32, as eager's (and the
+    MXU's), and are rounded once (the executor's ``cast``); float32 ones with the precision
+    PyTorch's setting gave (``precision.py``)."""
     a, b = promote(a, b)
-    if a.dtype in (jnp.bfloat16, jnp.float16):
+    if _narrow(a.dtype):
         return jnp.matmul(a, b, preferred_element_type=jnp.float32)
     return jnp.matmul(a, b, precision=dot_precision(fp32_precision, a.dtype))
 
@@ -52,7 +58,7 @@ def _addmm(
     out = matmul(a, b, fp32_precision)
     if batch_sum:
         out = jnp.sum(out, axis=0)
-    if bias.dtype in (jnp.bfloat16, jnp.float16):
+    if _narrow(bias.dtype):
         bias = bias.astype(jnp.float32)
     if jnp.issubdtype(out.dtype, jnp.integer):  # eager casts the factors to the integer type
         alpha, beta = (cast(jnp.asarray(v), out.dtype) for v in (alpha, beta))
