@@ -1,6 +1,7 @@
 """Values at the edges of what eager defines, lazily and compiled: integer cumulative sums
 and products accumulate in int64, a variance whose correction leaves no degrees of freedom
-divides by zero, a reflection pad reaching past its input raises eager's error."""
+divides by zero, a reflection pad reaching past its input raises eager's error, a k-th value
+counts NaN as the largest."""
 
 from __future__ import annotations
 
@@ -71,3 +72,17 @@ def test_a_reflection_past_the_input_raises_eagers_error(shape, pad):
     torch.testing.assert_close(
         F.pad(x.to(DEV), inside, mode="reflect").cpu(), F.pad(x, inside, mode="reflect")
     )
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_kthvalue_counts_nan_as_the_largest(compiled):
+    """Eager's selection puts NaN past every number: the k-th smallest is NaN only for k past
+    the numbers (a median of a slice with NaN is NaN; a k-th value is not)."""
+    x = torch.tensor([[3.0, float("nan"), -0.5, 2.0, float("-inf"), 1.0, float("inf"), -1.0]])
+    x = torch.cat([x, x.flip(1), torch.full_like(x, float("nan"))])
+    for k in range(1, x.shape[1] + 1):
+        want = torch.kthvalue(x, k, 1)
+        got = _run(lambda t, k=k: torch.kthvalue(t, k, 1), compiled)(x.to(DEV))
+        torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True)
+        finite = ~want.values.isnan()  # which NaN of a slice: eager's selection order
+        assert torch.equal(got.indices.cpu()[finite], want.indices[finite])

@@ -189,8 +189,9 @@ def _nanmedian_all(x: Any) -> Any:
 
 reg(aten.median.dim)(lambda x, dim, keepdim=False: _nth(x, dim, keepdim, _lower_median, False))
 reg(aten.nanmedian.dim)(lambda x, dim, keepdim=False: _nth(x, dim, keepdim, _lower_median, True))
+# eager's selection counts NaN as the largest: the k-th smallest is NaN only past the others
 reg(aten.kthvalue.default)(
-    lambda x, k, dim=-1, keepdim=False: _nth(x, dim, keepdim, lambda c: c * 0 + (k - 1), False)
+    lambda x, k, dim=-1, keepdim=False: _nth(x, dim, keepdim, lambda c: c * 0 + (k - 1), True)
 )
 
 
