@@ -86,3 +86,15 @@ def test_kthvalue_counts_nan_as_the_largest(compiled):
         torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True)
         finite = ~want.values.isnan()  # which NaN of a slice: eager's selection order
         assert torch.equal(got.indices.cpu()[finite], want.indices[finite])
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_nan_to_num_gives_the_largest_value_of_the_inputs_dtype(dtype, compiled):
+    """An infinity becomes the largest finite value of the input's own dtype (a bfloat16 or
+    float16 one, not float32's, which would round back to infinity)."""
+    x = torch.tensor([float("inf"), float("-inf"), float("nan"), 1.0], dtype=dtype)
+    for kwargs in ({}, {"posinf": 1e39}, {"nan": 2.5, "posinf": 7.0, "neginf": -1e5}):
+        want = torch.nan_to_num(x, **kwargs)
+        got = _run(lambda t, kw=kwargs: torch.nan_to_num(t, **kw), compiled)(x.to(DEV)).cpu()
+        assert torch.equal(got, want), (kwargs, got, want)

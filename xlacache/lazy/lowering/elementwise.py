@@ -271,7 +271,7 @@ def _addcdiv(s: Any, a: Any, b: Any, value: Any = 1) -> Any:
     return s + value * (a / b)
 
 
-@reg(aten.nan_to_num.default)
+@reg_plain(aten.nan_to_num.default)  # in the input's dtype: an infinity becomes its largest
 def _nan_to_num(x: Any, nan: Any = None, posinf: Any = None, neginf: Any = None) -> Any:
     if not jnp.issubdtype(x.dtype, jnp.inexact):
         return x
