@@ -42,12 +42,8 @@ def run_elsewhere(func: Any, args: tuple, kwargs: dict, device: torch.device) ->
     another lazy argument (``randint_like``'s ``high``) is copied to ``device``."""
     x, *rest = args
     if isinstance(x, LazyTensor):
-        lay = x._c._lay
-        stride = lay.stride() if lay is not None else None
-        x = (
-            torch.empty_strided(x.shape, stride, dtype=x.dtype, device="meta")
-            if stride is not None
-            else torch.empty(x.shape, dtype=x.dtype, device="meta")
-        )
+        lay = x._c._lay  # eager's layout where it is not contiguous
+        stride = lay.stride() if lay is not None else torch.empty(x.shape, device="meta").stride()
+        x = torch.empty_strided(x.shape, stride, dtype=x.dtype, device="meta")
     rest = [a.to(device) if isinstance(a, LazyTensor) else a for a in rest]
     return func(x, *rest, **kwargs)

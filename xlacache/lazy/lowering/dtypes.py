@@ -18,7 +18,6 @@ becomes +-448 where this torch's kernel saturates (``e4m3fn_saturates``), where 
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any
 
 import jax
@@ -99,7 +98,6 @@ _E4M3FN = np.dtype(jnp.float8_e4m3fn)
 _E4M3FN_MAX = 448.0
 
 
-@functools.cache
 def e4m3fn_saturates() -> tuple[bool, bool]:
     """Whether this torch's conversion to ``float8_e4m3fn`` saturates a finite value past its
     range, and an infinity, to +-448 (CPU, from torch 2.12, and CUDA), rather than making it
@@ -108,8 +106,12 @@ def e4m3fn_saturates() -> tuple[bool, bool]:
     return out[0] == _E4M3FN_MAX, out[1] == _E4M3FN_MAX
 
 
+# measured at import, where no mode (a fake tensor mode while Dynamo compiles) is active
+_E4M3FN_SATURATES = e4m3fn_saturates()
+
+
 def _to_e4m3fn(x: Any) -> Any:
-    finite, infinite = e4m3fn_saturates()
+    finite, infinite = _E4M3FN_SATURATES
     if finite:
         x = jnp.where(jnp.isfinite(x), jnp.clip(x, -_E4M3FN_MAX, _E4M3FN_MAX), x)
     if infinite:
