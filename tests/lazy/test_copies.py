@@ -199,3 +199,31 @@ def test_a_view_eager_refuses_runs_its_meta_kernel_once(monkeypatch):
     again = x.t().reshape(35)
     assert views >= 1 and torch.ops.aten.view.default not in calls
     assert torch.equal(again.cpu(), first.cpu())
+
+
+@pytest.mark.parametrize(
+    "copy_op",
+    [
+        lambda x: torch.select_copy(x, 0, 1),
+        lambda x: torch.slice_copy(x, 1, 0, 2),
+        lambda x: torch.split_copy(x, 1),
+        lambda x: torch.detach_copy(x),
+        lambda x: torch.view_as_real_copy(torch.complex(x, -x)),
+        lambda x: torch.view_as_complex_copy(torch.stack([x, -x], -1)),
+    ],
+)
+def test_view_copy_ops_run_on_the_device_and_copy(copy_op):
+    """A view op's functional form (``select_copy``: torch's own ``scan`` and functionalized
+    graphs call them) is the view then a copy, on the device: a write to it leaves its
+    input alone."""
+    x = torch.arange(6.0).reshape(2, 3)
+    d = x.to(dev)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no CPU run
+        got = copy_op(d)
+    want = copy_op(x)
+    got, want = (o if isinstance(o, (tuple, list)) else [o] for o in (got, want))
+    for g, w in zip(got, want, strict=True):
+        assert torch.equal(g.cpu(), w)
+        g.add_(100)
+    assert torch.equal(d.cpu(), x)

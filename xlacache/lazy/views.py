@@ -114,3 +114,24 @@ def _set_(args: tuple, kwargs: dict) -> LazyTensor:
         raise RuntimeError(f"xlacache.lazy: set_ from {src.dtype} into {dst.dtype}")
     alias = aten.alias.default(src)
     return _adopt(dst, alias)
+
+
+def _copy_of_view(view: Any) -> Any:
+    def handler(args: tuple, kwargs: dict) -> Any:
+        out = view(*args, **kwargs)
+        if isinstance(out, (tuple, list)):
+            return [o.clone() for o in out]
+        return out.clone()
+
+    return handler
+
+
+# ``X_copy`` (a view op's functional form, what torch's own control flow and functionalized
+# graphs call) is ``X`` then a copy; for those torch has no decomposition of
+for _name, _overload in (
+    ("select_copy", "int"), ("slice_copy", "Tensor"), ("split_copy", "Tensor"),
+    ("detach_copy", "default"), ("_reshape_alias_copy", "default"),
+    ("view_as_real_copy", "default"), ("view_as_complex_copy", "default"),
+):  # fmt: skip
+    _copy = getattr(getattr(aten, _name), _overload)
+    special(_copy)(_copy_of_view(getattr(getattr(aten, _name[: -len("_copy")]), _overload)))
