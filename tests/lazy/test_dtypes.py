@@ -107,7 +107,7 @@ def test_float_to_int_conversions_match_eager():
 @pytest.mark.parametrize("src", [torch.float32, torch.bfloat16, torch.float64])
 def test_float8_conversions_and_products_match_eager(dtype, src):
     """Past its range a float becomes what this torch's kernel makes it (``float8_e4m3fn``
-    saturates to +-448 from torch 2.12, where XLA's ``convert`` gives NaN); a float8 product
+    saturates to +-448 in torch 2.13, where XLA's ``convert`` gives NaN); a float8 product
     accumulates in float32 and is rounded once, as eager's."""
     x = torch.tensor([0.1, -1.7, 300.0, 1e-3, 448.0, 464.0, 465.0, -500.0, 6e4, 1e6])
     x = torch.cat([x, torch.tensor([float("inf"), float("-inf"), float("nan"), -0.0])]).to(src)

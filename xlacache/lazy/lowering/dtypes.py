@@ -100,7 +100,7 @@ _E4M3FN_MAX = 448.0
 
 def e4m3fn_saturates() -> tuple[bool, bool]:
     """Whether this torch's conversion to ``float8_e4m3fn`` saturates a finite value past its
-    range, and an infinity, to +-448 (CPU, from torch 2.12, and CUDA), rather than making it
+    range, and an infinity, to +-448 (CPU in torch 2.13, and CUDA), rather than making it
     NaN (earlier CPU releases, and XLA's ``convert``): measured on eager's kernel."""
     out = torch.tensor([1000.0, float("inf")]).to(torch.float8_e4m3fn).float().tolist()
     return out[0] == _E4M3FN_MAX, out[1] == _E4M3FN_MAX
