@@ -102,6 +102,35 @@ def test_a_hit_is_served_while_another_process_holds_the_write_lock(tmp_path):
         assert ro.stat(key).hits == 1
 
 
+def test_a_new_index_waits_for_another_process_to_let_it_switch_to_wal(tmp_path):
+    # SQLite refuses a journal-mode change blocked by another connection's write lock
+    # at once, without its busy handler: processes opening a new store together hit it.
+    path = tmp_path / "index.sqlite"
+    creator = sqlite3.connect(path, isolation_level=None)
+    creator.execute("BEGIN IMMEDIATE")  # a rollback-mode lock, as while another process
+    # switches the new file to WAL (the race that eight processes opening one store met)
+    creator.execute("CREATE TABLE other (x)")
+    opened: list[object] = []
+    opener = threading.Thread(target=lambda: opened.append(_open_or_error(path)))
+    opener.start()
+    opener.join(1.0)  # the opener is waiting (or has failed) by now
+    creator.execute("COMMIT")
+    creator.close()
+    opener.join()
+    assert isinstance(opened[0], Index), opened
+    opened[0].close()
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    check.close()
+
+
+def _open_or_error(path) -> object:
+    try:
+        return Index(path)
+    except StoreIndexError as exc:
+        return exc
+
+
 def test_totals_are_kept_by_triggers(tmp_path):
     ix = Index(tmp_path / "index.sqlite")
     ix.upsert(_info(n) for n in range(10))

@@ -222,8 +222,7 @@ class Index:
         """Create or migrate the schema (`index_schema.ensure`) under the write lock."""
         if index_schema.version(db) == SCHEMA_VERSION:
             return
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            db.execute("PRAGMA journal_mode = WAL")
+        _use_wal(db, deadline=time.monotonic() + WRITE_BUSY_SECONDS)
         db.execute("BEGIN IMMEDIATE")  # another process may be creating it too
         try:
             done = index_schema.ensure(db)
@@ -432,6 +431,25 @@ class Index:
         pending = self.hits.total()
         entries, size, payload, hits, seconds = row
         return StoreSummary(entries, size, payload, hits + pending, max(0.0, round(seconds, 6)))
+
+
+def _use_wal(db: sqlite3.Connection, deadline: float) -> None:
+    """Switch a new index to write-ahead logging, waiting out other processes' locks.
+
+    SQLite answers a journal-mode change that another connection's lock blocks with
+    SQLITE_BUSY at once, without its busy handler: processes opening a new store
+    together retry here, until the deadline.
+    """
+    pause = 0.005
+    while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if code not in _BUSY_CODES or time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
 
 def _row(info: EntryInfo) -> tuple:
