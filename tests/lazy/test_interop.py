@@ -3,6 +3,8 @@ autocast, draw from a device Generator, and turn the cache on from the environme
 
 from __future__ import annotations
 
+import copy
+import pickle
 import textwrap
 import warnings
 from pathlib import Path
@@ -211,6 +213,46 @@ def test_safetensors_and_torch_save_of_device_tensors(tmp_path):
 
     xl.save(model.state_dict(), tmp_path / "xm.pt")  # xm.save: CPU tensors
     assert all(v.device.type == "cpu" for v in torch.load(tmp_path / "xm.pt").values())
+
+
+def _tied_model() -> torch.nn.Module:
+    emb = torch.nn.Embedding(8, 4)
+    head = torch.nn.Linear(4, 8, bias=False)
+    head.weight = emb.weight
+    return torch.nn.Sequential(emb, head).to(dev)
+
+
+def test_deepcopy_of_a_device_model_is_eagers():
+    """Parameters stay Parameters (the copy can be moved: an EMA's ``.cpu()``), ties stay
+    tied, gradients and attributes are copied, and the copy owns its values."""
+    model = _tied_model()
+    model(torch.tensor([1, 2], device=dev)).sum().backward()
+    model[0].weight.tag = "tied"
+    ema = copy.deepcopy(model)
+    w = ema[0].weight
+    assert isinstance(w, torch.nn.Parameter) and w.requires_grad and w.is_leaf
+    assert w is ema[1].weight and w.tag == "tied"
+    assert torch.equal(w.grad.cpu(), model[0].weight.grad.cpu())
+    with torch.no_grad():
+        w.add_(1)
+    assert torch.equal(w.cpu(), model[0].weight.cpu() + 1)
+    ema.half().cpu()
+    assert ema[1].weight.device.type == "cpu" and ema[0].weight.dtype == torch.float16
+    with pytest.raises(RuntimeError, match="graph leaves"):  # eager's refusal
+        copy.deepcopy(model[0].weight * 2)
+
+
+def test_pickled_device_parameters_come_back_parameters(tmp_path):
+    model = _tied_model()
+    back = pickle.loads(pickle.dumps(model))
+    assert isinstance(back[0].weight, torch.nn.Parameter) and back[0].weight is back[1].weight
+    assert torch.equal(back[0].weight.cpu(), model[0].weight.cpu())
+    torch.save({"p": model[0].weight}, tmp_path / "p.pt")
+    p = torch.load(tmp_path / "p.pt")  # weights_only: the rebuild is one torch allows
+    assert isinstance(p["p"], torch.nn.Parameter) and p["p"].device == dev
+    on_cpu = torch.load(tmp_path / "p.pt", map_location="cpu")["p"]
+    assert type(on_cpu) is torch.nn.Parameter
+    back.float().cpu()  # a whole pickled model moves as eager's does
 
 
 @pytest.mark.slow

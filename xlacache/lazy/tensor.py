@@ -9,6 +9,8 @@ works on logical values.
 
 from __future__ import annotations
 
+import collections
+import copy
 import gc
 import itertools
 import time
@@ -195,6 +197,11 @@ class LazyTensor(torch.Tensor):
     def __reduce_ex__(self, proto: int) -> Any:
         # what torch does for torch_xla's tensors: the value goes to CPU and is rebuilt on the
         # device by a function ``torch.load(weights_only=True)`` allows (``map_location`` works)
+        if getattr(self, "_is_param", False):  # a Parameter comes back one, as in eager
+            return (
+                torch._utils._rebuild_parameter,
+                (self.detach(), self.requires_grad, collections.OrderedDict()),
+            )
         return (
             torch._utils._rebuild_device_tensor_from_cpu_tensor,
             (self.detach().cpu(), self.dtype, str(DEVICE), self.requires_grad),
@@ -214,9 +221,24 @@ class LazyTensor(torch.Tensor):
         return self.untyped_storage().data_ptr()  # storage_offset() is always 0
 
     def __deepcopy__(self, memo: dict) -> Any:
-        out = _from_cpu(self.detach().cpu())
+        """What eager's does for a device tensor: a clone, with ``requires_grad``, a deep copy
+        of the gradient and of the instance's attributes (a Parameter's mark among them)."""
+        if not self.is_leaf:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the "
+                "deepcopy protocol at the moment."
+            )
+        if id(self) in memo:
+            return memo[id(self)]
+        with torch.no_grad():
+            out = self.clone()
         if self.requires_grad:
             out.requires_grad_(True)
+        if self.grad is not None:
+            out.grad = copy.deepcopy(self.grad, memo)
+        attributes = {k: v for k, v in self.__dict__.items() if k != "_c"}  # _c: the value
+        out.__dict__.update(copy.deepcopy(attributes, memo))
+        memo[id(self)] = out
         return out
 
     @classmethod

@@ -99,6 +99,7 @@ INTERNALS = (
     Internal("torch._C.DispatchKey.Meta", "tensor: meta kernels"),
     Internal("torch._C._construct_storage_from_data_pointer", "tensor: data-less storages"),
     Internal("torch._utils._rebuild_device_tensor_from_cpu_tensor", "tensor: pickling"),
+    Internal("torch._utils._rebuild_parameter", "tensor: pickling a Parameter"),
     Internal("torch._C.TensorBase.data", "tensor: the .data setter"),
     Internal("torch._guards.detect_fake_mode", "tensor: a lazy tensor's fake"),
     Internal("torch._guards.TracingContext.try_get", "tensor, dynamo: tracing or not"),
