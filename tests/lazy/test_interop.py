@@ -255,6 +255,38 @@ def test_pickled_device_parameters_come_back_parameters(tmp_path):
     back.float().cpu()  # a whole pickled model moves as eager's does
 
 
+def test_distributed_checkpoint_of_a_device_model_and_optimizer(tmp_path):
+    """torch.distributed.checkpoint's single-process save and load, then load_state_dict,
+    as its tutorial does: the loaded values are the saved ones."""
+    import torch.distributed.checkpoint as dcp
+
+    def make():
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2)).to(dev)
+        return model, torch.optim.AdamW(model.parameters(), lr=0.1)
+
+    model, opt = make()
+    model(torch.ones(3, 4, device=dev)).sum().backward()
+    opt.step()
+    saved = {k: v.cpu() for k, v in model.state_dict().items()}
+    avg = opt.state_dict()["state"][0]["exp_avg"].cpu()
+    fallbacks = metrics.counter_value("aten::is_pinned") or 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no process group: one process"
+        dcp.save({"model": model.state_dict(), "opt": opt.state_dict()}, checkpoint_id=tmp_path)
+        fresh, fresh_opt = make()
+        fresh(torch.ones(3, 4, device=dev)).sum().backward()
+        fresh_opt.step()  # its state exists, to be overwritten
+        state = {"model": fresh.state_dict(), "opt": fresh_opt.state_dict()}
+        dcp.load(state, checkpoint_id=tmp_path)
+    assert (metrics.counter_value("aten::is_pinned") or 0) == fallbacks  # asked, not copied
+    assert not model[0].weight.is_pinned()
+    fresh.load_state_dict(state["model"])
+    fresh_opt.load_state_dict(state["opt"])
+    for k, v in fresh.state_dict().items():
+        assert torch.equal(v.cpu(), saved[k]), k
+    assert torch.equal(fresh_opt.state_dict()["state"][0]["exp_avg"].cpu(), avg)
+
+
 @pytest.mark.slow
 def test_torch_load_in_a_process_without_the_runtime(tmp_path):
     torch.save({"w": torch.arange(6.0).reshape(2, 3).to(dev)}, tmp_path / "w.pt")

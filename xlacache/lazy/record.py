@@ -59,8 +59,9 @@ def assign(t: LazyTensor, new: LazyTensor) -> None:
         new = record(aten.expand.default, (new, list(t.shape)), {})
     c = t._c
     root = c._root
+    v = value(new)  # ``new`` may be an alias whose root was updated since it was read
     if root is None:
-        c._v = new._c._v
+        c._v = v
         c._gen += 1
         return
     bases: list[Any] = [root]
@@ -70,9 +71,9 @@ def assign(t: LazyTensor, new: LazyTensor) -> None:
     # an alias of the root has an empty chain (and one base): the new value is the root's
     for (f, rest, kw), base in zip(reversed(c._chain), reversed(bases), strict=False):
         cur = _scatter_into(f, rest, kw, base, cur)
-    root._v = cur._c._v
+    root._v = value(cur)
     root._gen += 1
-    c._v = new._c._v
+    c._v = v
     c._rgen = root._gen
 
 

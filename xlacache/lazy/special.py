@@ -88,6 +88,12 @@ def _item(args: tuple, kwargs: dict) -> Any:
     return to_cpu(args[0]).item()
 
 
+@special(aten.is_pinned.default)
+def _is_pinned(args: tuple, kwargs: dict) -> bool:
+    untraced()  # device memory is never pinned host memory (as for CUDA tensors)
+    return False
+
+
 @special(aten._linalg_check_errors.default)
 def _linalg_check_errors(args: tuple, kwargs: dict) -> None:
     """``torch.linalg``'s error check reads LAPACK's ``info``: materialize it (a barrier, like
