@@ -403,10 +403,6 @@ def set_shape(t: LazyTensor, shape: Any) -> None:
     )
 
 
-def _from_cpu(t: torch.Tensor) -> torch.Tensor:
-    return t.to(DEVICE)
-
-
 _STORAGES: weakref.WeakKeyDictionary[Cell, torch.UntypedStorage] = STATE.storages
 
 

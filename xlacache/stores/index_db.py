@@ -441,9 +441,11 @@ def _use_wal(db: sqlite3.Connection, deadline: float) -> None:
     together retry here, until the deadline.
     """
     pause = 0.005
-    while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+    while True:
         try:
-            db.execute("PRAGMA journal_mode = WAL")
+            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                db.execute("PRAGMA journal_mode = WAL")  # SQLite may keep its mode: once
+            return
         except sqlite3.OperationalError as exc:
             code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
             if code not in _BUSY_CODES or time.monotonic() + pause > deadline:
