@@ -14,7 +14,7 @@ dev = xl.device()
 LENGTHS = [4, 2, 5, 1]
 
 
-def _run(d, rnn_type, batch_first, enforce_sorted, steps=2):
+def _run(d, rnn_type, batch_first, enforce_sorted, steps=2, lengths_on=None):
     torch.manual_seed(0)
     rnn = rnn_type(3, 5, num_layers=2, batch_first=batch_first).to(d)
     opt = torch.optim.SGD(rnn.parameters(), lr=0.1)
@@ -23,7 +23,8 @@ def _run(d, rnn_type, batch_first, enforce_sorted, steps=2):
     x = pad_sequence(seqs, batch_first=batch_first).to(d)
     out = []
     for _ in range(steps):
-        packed = pack_padded_sequence(x, torch.tensor(lengths), batch_first, enforce_sorted)
+        lens_in = torch.tensor(lengths, device=lengths_on)
+        packed = pack_padded_sequence(x, lens_in, batch_first, enforce_sorted)
         assert packed.batch_sizes.device.type == "cpu"
         y, state = rnn(packed)
         padded, lens = pad_packed_sequence(y, batch_first=batch_first, padding_value=-1.0)
@@ -47,6 +48,13 @@ def test_an_rnn_over_packed_sequences_trains_as_in_eager(rnn_type, batch_first, 
             torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
         else:
             assert torch.equal(g, e)
+
+
+def test_lengths_on_the_device_are_read_to_the_host():
+    eager = _run("cpu", nn.LSTM, True, False, steps=1)
+    got = _run(dev, nn.LSTM, True, False, steps=1, lengths_on=dev)
+    for g, e in zip(got, eager, strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("lengths, enforce_sorted", [([2, 3], True), ([2, 0], False)])

@@ -7,6 +7,7 @@ input's first two sizes (so its checks and errors are eager's; a length past the
 eager reads beyond its end, raises), and its data is one gather of
 the device input at the time steps and batch rows they name. The backward scatters the gradient
 back the same way. (``_pad_packed_sequence`` is composite: it reads ``batch_sizes`` on the CPU.)
+Lengths given on the device (eager CUDA refuses them) are read to the host first.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def _positions(batch_sizes: torch.Tensor) -> list[torch.Tensor]:
 @special(aten._pack_padded_sequence.default)
 def _pack_padded_sequence(args: tuple, kwargs: dict) -> tuple[Any, torch.Tensor]:
     x, lengths, batch_first = (*args, *kwargs.values())[:3]
+    lengths = lengths.cpu()  # lengths on the device are read once, as torch_xla's fallback does
     if batch_first:
         x = dispatch(aten.transpose.int, (x, 0, 1), {})
     if len(lengths) and int(lengths.max()) > x.shape[0]:  # eager reads past its input
