@@ -12,7 +12,7 @@ import torch
 from jax import lax
 
 from .checks import INPUT_PROBABILITY, TARGET_PROBABILITY, checked, in_range, probability
-from .registry import norm_dim, real_sign, reg, reg_opmath, scalar_as_vector, upcast
+from .registry import meta_kernel, norm_dim, real_sign, reg, reg_opmath, scalar_as_vector, upcast
 
 aten = torch.ops.aten
 
@@ -96,6 +96,26 @@ def _bc(v: Any, x: Any) -> Any:
     return v.reshape((1, -1) + (1,) * (x.ndim - 2))
 
 
+@meta_kernel(aten._batch_norm_with_update_functional.default)
+def _bn_update_meta(x: Any, w: Any, b: Any, *rest: Any) -> Any:
+    """torch's meta kernel refuses a missing weight or bias (it picks a backend with them),
+    which eager's kernel takes (``nn.BatchNorm1d(affine=False)``); the shapes do not depend
+    on them."""
+    affine = torch.empty((x.shape[1],), dtype=x.dtype, device="meta")
+    op = aten._batch_norm_with_update_functional.default
+    return op(x, affine if w is None else w, affine if b is None else b, *rest)
+
+
+@meta_kernel(aten._batch_norm_no_update.default)
+def _bn_no_update_meta(x: Any, w: Any, b: Any, rm: Any, *rest: Any) -> Any:
+    """Eager CPU's shapes (torch's meta kernel refuses a missing weight and gives CUDA's
+    statistics): with running statistics, the saved ones are empty."""
+    stats = (0,) if rm is not None else (x.shape[1],)
+    stat = torch.empty(stats, dtype=torch.float32 if rm is None else rm.dtype, device="meta")
+    reserve = torch.empty((0,), dtype=torch.uint8, device="meta")
+    return torch.empty_like(x), stat, stat.clone(), reserve
+
+
 @reg(aten._batch_norm_with_update_functional.default)
 def _bn_update_functional(
     x: Any, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps: float
@@ -115,8 +135,8 @@ def _bn_no_update(x: Any, w: Any, b: Any, rm: Any, rv: Any, momentum: float, eps
         return out, mean, rstd, jnp.zeros((0,), jnp.uint8)
     return (
         _bn_eval(x, w, b, rm, rv, eps),
-        jnp.zeros((0,)),
-        jnp.zeros((0,)),
+        jnp.zeros((0,), rm.dtype),
+        jnp.zeros((0,), rm.dtype),
         jnp.zeros((0,), jnp.uint8),
     )
 
