@@ -52,6 +52,7 @@ TESTS = (
     "lazy/test_histc.py",
     "lazy/test_masks.py",
     "lazy/test_packed.py",
+    "lazy/test_norms.py",
     "test_torch_untouched.py",
 )
 # what the test modules import: tests/ and tests/lazy/ helpers (every non-test module)
