@@ -32,7 +32,7 @@ def _positions(batch_sizes: torch.Tensor) -> list[torch.Tensor]:
 @special(aten._pack_padded_sequence.default)
 def _pack_padded_sequence(args: tuple, kwargs: dict) -> tuple[Any, torch.Tensor]:
     x, lengths, batch_first = (*args, *kwargs.values())[:3]
-    lengths = lengths.cpu()  # lengths on the device are read once, as torch_xla's fallback does
+    lengths = lengths.cpu()  # lengths on the device are read to the host (one sync)
     if batch_first:
         x = dispatch(aten.transpose.int, (x, 0, 1), {})
     if len(lengths) and int(lengths.max()) > x.shape[0]:  # eager reads past its input
