@@ -96,24 +96,28 @@ def _bc(v: Any, x: Any) -> Any:
     return v.reshape((1, -1) + (1,) * (x.ndim - 2))
 
 
+def _with_affine(op: Any, x: Any, w: Any, b: Any, *rest: Any) -> Any:
+    """torch's meta kernel of ``op`` on these inputs, a missing weight or bias stood in for:
+    it refuses them (it picks a backend with them), which eager's kernel takes
+    (``nn.BatchNorm1d(affine=False)``); the shapes do not depend on them."""
+    affine = torch.empty((x.shape[1],), dtype=x.dtype, device="meta")
+    return op(x, affine if w is None else w, affine if b is None else b, *rest)
+
+
 @meta_kernel(aten._batch_norm_with_update_functional.default)
 def _bn_update_meta(x: Any, w: Any, b: Any, *rest: Any) -> Any:
-    """torch's meta kernel refuses a missing weight or bias (it picks a backend with them),
-    which eager's kernel takes (``nn.BatchNorm1d(affine=False)``); the shapes do not depend
-    on them."""
-    affine = torch.empty((x.shape[1],), dtype=x.dtype, device="meta")
-    op = aten._batch_norm_with_update_functional.default
-    return op(x, affine if w is None else w, affine if b is None else b, *rest)
+    return _with_affine(aten._batch_norm_with_update_functional.default, x, w, b, *rest)
 
 
 @meta_kernel(aten._batch_norm_no_update.default)
 def _bn_no_update_meta(x: Any, w: Any, b: Any, rm: Any, *rest: Any) -> Any:
-    """Eager CPU's shapes (torch's meta kernel refuses a missing weight and gives CUDA's
-    statistics): with running statistics, the saved ones are empty."""
-    stats = (0,) if rm is not None else (x.shape[1],)
-    stat = torch.empty(stats, dtype=torch.float32 if rm is None else rm.dtype, device="meta")
-    reserve = torch.empty((0,), dtype=torch.uint8, device="meta")
-    return torch.empty_like(x), stat, stat.clone(), reserve
+    """With running statistics, eager CPU's shapes (torch's meta kernel says CUDA's): the
+    saved statistics are empty."""
+    out, mean, rstd, reserve = _with_affine(aten._batch_norm_no_update.default, x, w, b, rm, *rest)
+    if rm is None:
+        return out, mean, rstd, reserve
+    empty = torch.empty((0,), dtype=rm.dtype, device="meta")
+    return out, empty, empty.clone(), reserve
 
 
 @reg(aten._batch_norm_with_update_functional.default)
