@@ -56,12 +56,16 @@ def avals_code(avals: tuple) -> str:
     return c
 
 
+_NODE_SEQ = itertools.count()
+
+
 class Node:
     """One IR node. ``inputs`` are ``(node, output_index)`` pairs; ``avals`` its outputs;
     ``prefix`` the exact encoding of its op, attributes and avals (``identity.node_prefix``)."""
 
     __slots__ = (
-        "op", "func", "inputs", "attrs", "avals", "prefix", "_digest", "data", "pos", "__weakref__"
+        "op", "func", "inputs", "attrs", "avals", "prefix", "_digest", "data", "pos", "seq",
+        "__weakref__",
     )  # fmt: skip
 
     def __init__(
@@ -81,6 +85,7 @@ class Node:
         self.avals = avals
         self.data = data
         self.pos = -1  # scratch for toposort: its visit mark, then its place in the order
+        self.seq = next(_NODE_SEQ)  # creation order: a node's inputs are older than it
         if prefix is None:
             prefix = node_prefix(op_code(op), encode(attrs), avals_code(avals))
         self.prefix = prefix
