@@ -46,6 +46,21 @@ def test_a_loop_whose_only_barrier_is_a_read_compiles_a_steady_graph():
     assert compiled[3:] == [0, 0, 0, 0], compiled
 
 
+def test_random_draws_between_reads_keep_one_graph_and_draw_anew():
+    """Each read starts a new epoch of draws, as ``sync()`` does: the next step records the
+    same random ops (before, their indices grew: a new graph every step, pytorch/xla#2783)."""
+    dev = xl.device()
+    ones = torch.ones(64).to(dev)
+    kept, compiled = [], []
+    for _ in range(6):
+        before = _uncached()
+        kept.append(nn.functional.dropout(ones, 0.5).sum().item())
+        compiled.append(_uncached() - before)
+    assert compiled[1:] == [0] * 5, compiled
+    assert len(set(kept)) > 1  # new masks every step
+    assert all(v % 2 == 0 and 0 < v < 128 for v in kept)  # kept ones scaled by 2
+
+
 def _decode(dev: torch.device | str, tokens: int) -> tuple[torch.Tensor, list[int]]:
     """A beam-search-like loop: a cache grown and reordered each token, and a stopping check
     read each token. The final cache, and the size of each read's graph."""

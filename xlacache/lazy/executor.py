@@ -178,7 +178,11 @@ def materialize(tensors: list[LazyTensor]) -> None:
             "xlacache.lazy: a graph had to run inside compile(full_graph=True) (.item(), .cpu(), "
             "printing a tensor, data-dependent control flow, or an op that runs on CPU)"
         )
-    _run(tensors, donate=False, what="a read (.cpu/.item/print)")
+    with LOCK:
+        if _run(tensors, donate=False, what="a read (.cpu/.item/print)"):
+            # later draws take a new epoch, as after sync(): a loop whose only barrier is a
+            # read records the same random ops every step, not ever higher indices
+            rng.new_epoch()
     restore_gc()
 
 
@@ -224,7 +228,8 @@ def wait_device_ops() -> None:
     device_checks.raise_if_set()
 
 
-def _run(targets: list[LazyTensor], donate: bool, what: str) -> None:
+def _run(targets: list[LazyTensor], donate: bool, what: str) -> bool:
+    """Run the graph of ``targets``' pending values; False when none was pending."""
     with LOCK:
         t_start = time.perf_counter_ns()
         outs: list[tuple[Node, int]] = []
@@ -235,7 +240,7 @@ def _run(targets: list[LazyTensor], donate: bool, what: str) -> None:
                 out_ix[(id(n), k)] = len(outs)
                 outs.append((n, k))
         if not outs:
-            return
+            return False
         everyone = live_tensors()
         order = toposort(outs)  # sets each node's ``pos``
         consumers = [] if donate else _keep_computed(everyone, order, outs, out_ix)
@@ -300,6 +305,7 @@ def _run(targets: list[LazyTensor], donate: bool, what: str) -> None:
             j = out_ix.get((id(n), k))
             if j is not None:
                 t._v = (new_nodes[j], 0)
+        return True
 
 
 def _keep_computed(
