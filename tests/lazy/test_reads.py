@@ -1,5 +1,5 @@
 """A read (``.item()``, ``.cpu()``, control flow on a value) runs the graph that value needs and
-keeps what else that graph computes which pending values need later (``executor._keep_computed``):
+keeps what else that graph computes which pending values need later (``lazy/reads.py``):
 a loop whose only barrier is a read runs graphs of a steady size, never its whole history again."""
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ def test_random_draws_between_reads_keep_one_graph_and_draw_anew():
     same random ops (before, their indices grew: a new graph every step, pytorch/xla#2783)."""
     dev = xl.device()
     ones = torch.ones(64).to(dev)
+    # a process's first dropout keeps its intermediates alive (torch imports torch._dynamo
+    # inside that call, and the call's frames stay referenced): its read returns one more value
+    nn.functional.dropout(ones, 0.5).sum().item()
+    xl.sync()  # ends the epoch of any draws made before
     kept, compiled = [], []
     for _ in range(6):
         before = _uncached()

@@ -29,11 +29,10 @@ from xlacache.lazy_settings import lazy_setting
 
 from . import closures, device_checks, metrics, rng
 from .distributed.agreement import agree
-from .distributed.program import has_collectives, process_program
+from .distributed.program import process_program
 from .executable_cache import Executable, ExecutableCache, map_limit
 from .graph import (
     DATA,
-    LEAF_OPS,
     RANDOM,
     RNG,
     SCALAR,
@@ -46,6 +45,7 @@ from .graph import (
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
 from .lowering.checks import CHECKED_OPS, SIGNATURE, returning_checks
+from .reads import cut, keep_computed
 from .record import record, value
 from .spmd import placement as spmd
 from .state import STATE
@@ -243,7 +243,7 @@ def _run(targets: list[LazyTensor], donate: bool, what: str) -> bool:
             return False
         everyone = live_tensors()
         order = toposort(outs)  # sets each node's ``pos``
-        consumers = [] if donate else _keep_computed(everyone, order, outs, out_ix)
+        consumers = [] if donate else keep_computed(everyone, order, outs, out_ix)
         arrays: list[Any] = []
         scalars: list[float] = []
         leaf_nodes: list[Node] = []
@@ -299,80 +299,13 @@ def _run(targets: list[LazyTensor], donate: bool, what: str) -> bool:
             results = results[:-1]
         metrics.counter_inc("ExecuteComputation")
         new_nodes = [data_node(r, n.avals[k][1]) for r, (n, k) in zip(results, outs, strict=True)]
-        _cut(consumers, out_ix, new_nodes)
+        cut(consumers, out_ix, new_nodes)
         for t in everyone:
             n, k = t._v
             j = out_ix.get((id(n), k))
             if j is not None:
                 t._v = (new_nodes[j], 0)
         return True
-
-
-def _keep_computed(
-    everyone: list, order: list[Node], outs: list[tuple[Node, int]], out_ix: dict
-) -> list[tuple[Node, list[int]]]:
-    """Extend a read's outputs with what else it computes that pending values need later: the
-    live tensors' values in the graph, and the graph's nodes that pending nodes outside it take
-    as inputs. Returns those consumers with the input positions to point at the new device
-    data once the graph has run (``_cut``). Without this, a loop whose only barrier is a read
-    (a generation loop's stopping check, ``loss.item()`` without ``sync()``) computes all of
-    its history again at every read: graphs grow step after step and each one compiles.
-
-    Not for graphs run by several processes (collectives, a mesh over processes): what is
-    pending may differ between processes, and their programs must be one."""
-    if STATE.spmd or has_collectives(order):
-        return []
-    size = len(order)
-    # a node older than the graph's oldest op cannot reach the graph: its inputs are older still
-    oldest = min((n.seq for n in order if n.op not in LEAF_OPS), default=0)
-
-    def keep(n: Node, k: int) -> None:
-        if (id(n), k) not in out_ix:
-            out_ix[(id(n), k)] = len(outs)
-            outs.append((n, k))
-
-    seen: set[int] = set()
-    stack: list[Node] = []
-    for c in everyone:
-        n, k = c._v
-        root = c._root
-        if n.op in LEAF_OPS or (root is not None and c._rgen != root._gen):
-            continue  # device data, or a stale view (derived from its root again when read)
-        p = n.pos
-        if 0 <= p < size and order[p] is n:
-            keep(n, k)
-        elif n.seq > oldest and id(n) not in seen:
-            seen.add(id(n))
-            stack.append(n)
-    consumers: list[tuple[Node, list[int]]] = []
-    while stack:  # the pending nodes outside the graph, down to where they meet it
-        m = stack.pop()
-        hits = []
-        for j, (n, k) in enumerate(m.inputs):
-            if n.op in LEAF_OPS:
-                continue
-            p = n.pos
-            if 0 <= p < size and order[p] is n:
-                keep(n, k)
-                hits.append(j)
-            elif n.seq > oldest and id(n) not in seen:
-                seen.add(id(n))
-                stack.append(n)
-        if hits:
-            consumers.append((m, hits))
-    return consumers
-
-
-def _cut(consumers: list[tuple[Node, list[int]]], out_ix: dict, new_nodes: list[Node]) -> None:
-    """Point the consumers found by ``_keep_computed`` at the device data the graph returned
-    (the same values: a node's prefix holds no inputs, and its digest is computed again)."""
-    for m, hits in consumers:
-        ins = list(m.inputs)
-        for j in hits:
-            n, k = ins[j]
-            ins[j] = (new_nodes[out_ix[(id(n), k)]], 0)
-        m.inputs = tuple(ins)
-        m._digest = None
 
 
 def _agree(across: str, key: bytes, what: str, arrays: list[Any], scalars: np.ndarray) -> None:
