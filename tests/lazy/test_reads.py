@@ -16,6 +16,12 @@ def _uncached() -> int:
     return metrics.counter_value("UncachedCompile") or 0
 
 
+def _graph_sizes() -> list[int]:
+    """The op counts of the graphs compiled since the metrics were cleared."""
+    data = metrics.metric_data("GraphOps")
+    return data[2] if data else []
+
+
 def _train_without_sync(dev: torch.device | str, steps: int) -> tuple[list[float], list[int]]:
     """AdamW steps whose only barrier is ``loss.item()``: the losses, and the graphs compiled
     at each step."""
@@ -77,11 +83,10 @@ def _decode(dev: torch.device | str, tokens: int) -> tuple[torch.Tensor, list[in
         cache = torch.cat([cache, new], dim=1)
         order = cache.sum(dim=(1, 2)).argsort()  # the beams, best first
         cache = cache.index_select(0, order)
-        before = len(metrics.metric_data("GraphOps")[2]) if metrics.metric_data("GraphOps") else 0
+        before = len(_graph_sizes())
         if bool((cache.abs().amax() > 1e6).item()):  # the stopping check: never true here
             break
-        data = metrics.metric_data("GraphOps")
-        sizes.extend(data[2][before:] if data else [])
+        sizes.extend(_graph_sizes()[before:])
     return cache.cpu(), sizes
 
 
@@ -109,7 +114,7 @@ def test_a_value_a_read_computed_on_the_way_is_not_computed_again():
     got = doubled.cpu()
     assert torch.equal(got, x.exp().max(dim=1).indices * 2)
     assert total == pytest.approx(x.exp().max(dim=1).values.sum().item(), rel=1e-6)
-    assert metrics.metric_data("GraphOps")[2] == [1]  # the multiplication alone
+    assert _graph_sizes() == [1]  # the multiplication alone
 
 
 def test_views_and_in_place_updates_after_a_read_stay_exact():
@@ -146,7 +151,7 @@ def test_hugging_face_beam_search_generates_as_eager_with_graphs_of_one_token():
             )  # fmt: skip
         outs.append(out.cpu())
     assert torch.equal(outs[1], outs[0])
-    sizes = metrics.metric_data("GraphOps")[2]
+    sizes = _graph_sizes()
     big = [s for s in sizes if s > 150]  # the graphs with the model's forward, one a token
     # before: each token's graph held every earlier token's forward (319, 642, 961, ...)
     assert len(big) >= 5 and max(big) < 1.2 * min(big), sizes

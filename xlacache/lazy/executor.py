@@ -31,17 +31,7 @@ from . import closures, device_checks, metrics, rng
 from .distributed.agreement import agree
 from .distributed.program import process_program
 from .executable_cache import Executable, ExecutableCache, map_limit
-from .graph import (
-    DATA,
-    RANDOM,
-    RNG,
-    SCALAR,
-    Node,
-    Placeholder,
-    data_node,
-    placeholder,
-    toposort,
-)
+from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
 from .lowering.checks import CHECKED_OPS, SIGNATURE, returning_checks
@@ -243,6 +233,7 @@ def _run(targets: list[LazyTensor], donate: bool, what: str) -> bool:
             return False
         everyone = live_tensors()
         order = toposort(outs)  # sets each node's ``pos``
+        # a read keeps what else its graph computes (sync's targets are every live value)
         consumers = [] if donate else keep_computed(everyone, order, outs, out_ix)
         arrays: list[Any] = []
         scalars: list[float] = []

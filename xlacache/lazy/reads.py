@@ -28,38 +28,33 @@ def keep_computed(
     # a node older than the graph's oldest op cannot reach the graph: its inputs are older still
     oldest = min((n.seq for n in order if n.op not in LEAF_OPS), default=0)
 
-    def keep(n: Node, k: int) -> None:
-        if (id(n), k) not in out_ix:
-            out_ix[(id(n), k)] = len(outs)
-            outs.append((n, k))
-
     seen: set[int] = set()
-    stack: list[Node] = []
-    for c in everyone:
-        n, k = c._v
-        root = c._root
-        if n.op in LEAF_OPS or (root is not None and c._rgen != root._gen):
-            continue  # device data, or a stale view (derived from its root again when read)
+    stack: list[Node] = []  # pending nodes outside the graph, walked down to where they meet it
+
+    def meets(n: Node, k: int) -> bool:
+        """Whether the graph computes output ``k`` of ``n`` (it is then kept); if not, ``n``
+        is walked when it can reach the graph."""
+        if n.op in LEAF_OPS:
+            return False
         p = n.pos
         if 0 <= p < size and order[p] is n:
-            keep(n, k)
-        elif n.seq > oldest and id(n) not in seen:
+            if (id(n), k) not in out_ix:
+                out_ix[(id(n), k)] = len(outs)
+                outs.append((n, k))
+            return True
+        if n.seq > oldest and id(n) not in seen:
             seen.add(id(n))
             stack.append(n)
+        return False
+
+    for c in everyone:
+        root = c._root
+        if root is None or c._rgen == root._gen:  # a stale view is derived from its root again
+            meets(*c._v)
     consumers: list[tuple[Node, list[int]]] = []
-    while stack:  # the pending nodes outside the graph, down to where they meet it
+    while stack:
         m = stack.pop()
-        hits = []
-        for j, (n, k) in enumerate(m.inputs):
-            if n.op in LEAF_OPS:
-                continue
-            p = n.pos
-            if 0 <= p < size and order[p] is n:
-                keep(n, k)
-                hits.append(j)
-            elif n.seq > oldest and id(n) not in seen:
-                seen.add(id(n))
-                stack.append(n)
+        hits = [j for j, (n, k) in enumerate(m.inputs) if meets(n, k)]
         if hits:
             consumers.append((m, hits))
     return consumers
