@@ -8,8 +8,8 @@ table lives outside `xlacache/lazy/` so that the docs tool and the check of unkn
 
 A value that does not parse is one warning naming the variable, and that setting keeps
 its default (strict mode raises): the runtime and its cache run on. Names are
-torch_xla's where it has the setting (`XLA_COMPILATION_CACHE_SIZE`, `CPU_NUM_DEVICES`,
-`RATE_TRACKER_SMOOTHING`), else `XLACACHE_*`. The job's own description (`RANK`,
+torch_xla's where it has the setting (`XLA_COMPILATION_CACHE_SIZE`, `XLA_TRIM_GRAPH_SIZE`,
+`CPU_NUM_DEVICES`, `RATE_TRACKER_SMOOTHING`), else `XLACACHE_*`. The job's own description (`RANK`,
 `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR`, ...) is the launcher's, read by
 `lazy/distributed/env.py`; the persistent cache's settings are the client's
 (`config.SETTINGS`: `XLACACHE_DIR`, `XLA_PERSISTENT_CACHE_PATH`, ...).
@@ -58,6 +58,12 @@ LAZY_SETTINGS: tuple[Setting, ...] = (
           "the op, data-dependent shapes included)", "docs/lazy.md"),
     _lazy("compilation_cache_size", POSITIVE, 1024, "XLA_COMPILATION_CACHE_SIZE",
           "compiled graphs kept in memory (least recently used go first)", "docs/lazy.md"),
+    _lazy("trim_graph_size", POSITIVE, 100_000, "XLA_TRIM_GRAPH_SIZE",
+          "nodes a pending graph may reach before it runs with no barrier (torch_xla's)",
+          "docs/lazy.md"),
+    _lazy("trim_graph_check_frequency", POSITIVE, 5000, "XLA_TRIM_GRAPH_CHECK_FREQUENCY",
+          "top-level ops between two looks at the pending graph's size (torch_xla's)",
+          "docs/lazy.md"),
     _lazy("gc_freeze", BOOL, True, "XLACACHE_LAZY_GC_FREEZE",
           "move the objects torch and jax leave at import out of the collector's reach "
           "(gc.freeze)", "docs/lazy.md"),

@@ -45,6 +45,7 @@ from . import random_ops as _random_ops  # noqa: E402, F401 - registers its hand
 from . import rng as _rng  # noqa: E402
 from . import special as _special  # noqa: E402, F401 - registers its handlers
 from . import tensor as _tensor  # noqa: E402
+from . import trim as _trim  # noqa: E402
 from . import views as _views  # noqa: E402, F401 - registers its handlers
 from .distributed import env as _env  # noqa: E402
 from .distributed.collectives import (  # noqa: E402 - multi-process data parallel
@@ -97,6 +98,7 @@ from .steps import (  # noqa: E402
 from .tensor import LazyTensor  # noqa: E402
 
 _tensor.install_dispatcher(_dispatch.dispatch)
+_trim.install()
 _env.configure_devices()  # torch_xla's CPU_NUM_DEVICES, before JAX's backend starts
 # Nothing in torch changes at import: what the device needs from torch is installed at its
 # first use (``device()``, ``install()``) and undone by ``uninstall()`` (docs/lazy.md).

@@ -31,7 +31,18 @@ from . import closures, device_checks, metrics, rng
 from .distributed.agreement import agree
 from .distributed.program import process_program
 from .executable_cache import Executable, ExecutableCache, map_limit
-from .graph import DATA, RANDOM, RNG, SCALAR, Node, Placeholder, data_node, placeholder, toposort
+from .graph import (
+    DATA,
+    RANDOM,
+    RNG,
+    SCALAR,
+    Node,
+    Placeholder,
+    data_node,
+    nodes_made,
+    placeholder,
+    toposort,
+)
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
 from .lowering.checks import CHECKED_OPS, SIGNATURE, returning_checks
@@ -161,7 +172,7 @@ def set_allow_execution(allow: bool) -> bool:
     return prev
 
 
-def materialize(tensors: list[LazyTensor]) -> None:
+def materialize(tensors: list[LazyTensor], what: str = "a read (.cpu/.item/print)") -> None:
     """Run the graph needed by ``tensors`` only (``.item()``, ``.cpu()``, ``print``)."""
     if not STATE.allow_execution:
         raise RuntimeError(
@@ -169,7 +180,7 @@ def materialize(tensors: list[LazyTensor]) -> None:
             "printing a tensor, data-dependent control flow, or an op that runs on CPU)"
         )
     with LOCK:
-        if _run(tensors, donate=False, what="a read (.cpu/.item/print)"):
+        if _run(tensors, donate=False, what=what):
             # later draws take a new epoch, as after sync(): a loop whose only barrier is a
             # read records the same random ops every step, not ever higher indices
             rng.new_epoch()
@@ -200,6 +211,7 @@ def sync(wait: bool = False) -> None:
         flush_trace_metrics()
         metrics.counter_inc("MarkStep")
         _run(live_tensors(), donate=True, what="sync")
+        STATE.trim_base = nodes_made()  # nothing made before is pending (trim.py)
         rng.new_epoch()
         restore_gc()
     closures.run()

@@ -59,6 +59,12 @@ def avals_code(avals: tuple) -> str:
 _NODE_SEQ = itertools.count()
 
 
+def nodes_made() -> int:
+    """A number above every node's ``seq`` so far: the nodes made since an earlier call are
+    at most the difference (it takes one number of the sequence)."""
+    return next(_NODE_SEQ)
+
+
 class Node:
     """One IR node. ``inputs`` are ``(node, output_index)`` pairs; ``avals`` its outputs;
     ``prefix`` the exact encoding of its op, attributes and avals (``identity.node_prefix``)."""

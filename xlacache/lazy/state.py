@@ -53,6 +53,12 @@ class RuntimeState:
     untraced: bool = False  # the top-level op being dispatched records nothing
     depth: int = 0  # dispatch depth (> 1: an op that another op dispatched)
     gc_deferred: tuple | None = None  # (thresholds before, during) while tracing
+    # trim.py: a cap on the pending graph, looked at every ``trim_every`` top-level ops
+    trim_check: Callable[[], None] = field(default=lambda: None, metadata=KEEP)
+    trim_every: int = field(default=5000, metadata=KEEP)  # XLA_TRIM_GRAPH_CHECK_FREQUENCY
+    trim_size: int = field(default=100_000, metadata=KEEP)  # XLA_TRIM_GRAPH_SIZE (nodes)
+    trim_at: int = 0  # ``traced_ops`` at the next look
+    trim_base: int = 0  # nodes made before this number are in no pending graph past the cap
     # the live registry (tensor.py): weak references to every tensor's state cell
     refs: list = _keep(list)
     refs_limit: int = field(default=1 << 16, metadata=KEEP)

@@ -257,6 +257,8 @@ class LazyTensor(torch.Tensor):
                     return s.dispatcher(func, args, kwargs or {})
                 finally:
                     s.depth -= 1
+            if s.traced_ops >= s.trim_at:  # the pending graph past a cap? (trim.py)
+                _look_at_pending(s)
             s.depth = 1
             s.untraced = False
             if s.gc_deferred is None and _GC_DEFER:
@@ -273,6 +275,15 @@ class LazyTensor(torch.Tensor):
                 if not s.untraced:
                     s.traced_ops += 1
                 s.depth = 0
+
+
+def _look_at_pending(s: Any) -> None:
+    """Between two top-level ops: run what is pending if it passed the cap (``trim.py``)."""
+    dynamo = _set_eval_frame(None)  # the runtime's Python is never Dynamo's frames
+    try:
+        s.trim_check()
+    finally:
+        _set_eval_frame(dynamo)
 
 
 _wrapper = torch.Tensor._make_wrapper_subclass
@@ -341,6 +352,7 @@ def flush_trace_metrics() -> None:
     if STATE.traced_ops:
         metrics.counter_inc("TracedOps", STATE.traced_ops)
     STATE.trace_ns = STATE.traced_ops = 0
+    STATE.trim_at = STATE.trim_every
 
 
 # The live registry: a weak reference to every state cell, in creation order. Plain weak
