@@ -94,10 +94,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
         "fallback",
         "no lowering: aten::multi_margin_loss_backward",
     ),
-    ("float32-grad", "nn.functional.multilabel_margin_loss"): (
-        "fallback",
-        "no lowering: aten::multilabel_margin_loss_backward",
-    ),
     ("float32-grad", "ormqr"): ("fallback", "no lowering: aten::ormqr"),
     ("float32-grad", "sparse.mm.reduce"): ("error", SPARSE),
     ("float32-grad", "sparse.sampled_addmm"): ("error", SPARSE),

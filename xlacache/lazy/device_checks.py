@@ -52,7 +52,7 @@ FAILURES = {  # by bit, first the first raised
         DeviceIndexError,
         "xlacache.lazy: an index was out of range (indexing, index_put, gather, scatter, "
         "index_select, embedding, take, put, a one_hot class, or an nll_loss/cross_entropy "
-        f"target; eager raises there) {_ON_DEVICE}",
+        f"or multilabel_margin_loss target; eager raises there) {_ON_DEVICE}",
     ),
     INPUT_PROBABILITY: (
         DeviceCheckError,
