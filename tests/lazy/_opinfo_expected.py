@@ -90,10 +90,6 @@ EXPECTED: dict[tuple[str, str], tuple[str, str]] = {
     ),
     ("float32-grad", "nn.functional.fractional_max_pool2d"): ("fallback", RANDOM_CPU),
     ("float32-grad", "nn.functional.fractional_max_pool3d"): ("fallback", RANDOM_CPU),
-    ("float32-grad", "nn.functional.multi_margin_loss"): (
-        "fallback",
-        "no lowering: aten::multi_margin_loss_backward",
-    ),
     ("float32-grad", "ormqr"): ("fallback", "no lowering: aten::ormqr"),
     ("float32-grad", "sparse.mm.reduce"): ("error", SPARSE),
     ("float32-grad", "sparse.sampled_addmm"): ("error", SPARSE),

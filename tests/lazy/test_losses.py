@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import xlacache.lazy as xl
+from xlacache.lazy import metrics
 from xlacache.lazy.device_checks import DeviceIndexError
 from xlacache.lazy.dynamo import report
 
@@ -72,3 +73,26 @@ def test_a_compiled_graph_with_multilabel_margin_loss_runs_lazily_with_eagers_nu
     torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(xd.grad.cpu(), x.grad, rtol=1e-6, atol=1e-6)
     assert any("multilabel_margin_loss" in r for r in report()["fallback_reasons"])
+
+
+def _multi_margin(dev: torch.device | str, p: int, weighted: bool, reduction: str, rows: int):
+    torch.manual_seed(0)
+    x = torch.randn(rows, 5).squeeze(0).to(dev).requires_grad_(True)
+    t = torch.tensor([0, 3, 4, 1][:rows]).squeeze(0).to(dev)
+    w = torch.linspace(0.5, 2.0, 5).to(dev) if weighted else None
+    loss = F.multi_margin_loss(x, t, p=p, margin=0.7, weight=w, reduction=reduction)
+    weights = torch.arange(1.0, 1 + loss.numel()).reshape(loss.shape).to(dev)
+    (loss * weights).sum().backward()
+    return loss.detach().cpu(), x.grad.cpu()
+
+
+@pytest.mark.parametrize("rows", [4, 1], ids=["batch", "vector"])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize(("p", "weighted"), [(1, False), (2, True)])
+def test_multi_margin_loss_gradient_is_lowered_and_eagers(p, weighted, reduction, rows):
+    fallbacks = metrics.counter_value("aten::multi_margin_loss_backward") or 0
+    got = _multi_margin(xl.device(), p, weighted, reduction, rows)
+    assert (metrics.counter_value("aten::multi_margin_loss_backward") or 0) == fallbacks
+    want = _multi_margin("cpu", p, weighted, reduction, rows)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)

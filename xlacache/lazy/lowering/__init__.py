@@ -20,6 +20,7 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``linalg``          matrix products
 ``solvers``         Cholesky/LU/QR/SVD/eigh, solves, inverses, determinants
 ``nn``              softmax, layer/batch norm, losses
+``margins``         the margin losses (multi-class, multi-label) and their backward ops
 ``conv``            convolution and pooling
 ``resample``        interpolation and padding backward ops
 ``grid_sample``     ``F.grid_sample``: the 3-d sampler, both samplers' backward ops
@@ -52,6 +53,7 @@ from . import (  # noqa: F401
     indexing,
     library_ops,
     linalg,
+    margins,
     nn,
     precision,
     reductions,

@@ -217,65 +217,6 @@ def _nll_bwd(g: Any, x: Any, t: Any, w: Any, reduction: int, ignore: int, total:
     return jnp.where(hit, jnp.expand_dims(coef, cdim), jnp.zeros((), x.dtype))
 
 
-def _multilabel_margin(x: Any, t: Any) -> tuple[Any, Any, Any, Any]:
-    """Per sample (2-d): which target positions count (those before the first -1), the
-    classes that are targets, and each (target position, class) hinge ``1 - x[t] + x[i]``
-    over the classes that are not targets, clamped at 0 (eager's CPU kernel)."""
-    counts = jnp.cumprod(t != -1, axis=-1).astype(bool)  # positions before the first -1
-    tt = jnp.where(counts, t, 0)
-    classes = lax.broadcasted_iota(t.dtype, (*t.shape, x.shape[-1]), 2)
-    hit = (classes == tt[..., None]) & counts[..., None]  # [sample, position, class]
-    is_target = jnp.any(hit, axis=1)
-    xf = upcast(x)
-    picked = jnp.take_along_axis(xf, tt, axis=-1)
-    z = 1 - picked[..., None] + xf[:, None, :]
-    keep = counts[..., None] & ~is_target[:, None, :] & (z > 0)
-    return z, keep, hit, is_target
-
-
-@meta_kernel(aten.multilabel_margin_loss_forward.default)
-def _multilabel_margin_loss_meta(x: Any, t: Any, reduction: int) -> Any:
-    """Eager's shapes: torch's meta kernel gives ``[1]``, not ``[]``, for a vector's loss
-    without reduction."""
-    shape = x.shape[:1] if reduction == 0 and x.dim() == 2 else ()
-    return x.new_empty(shape), x.new_empty(t.shape)
-
-
-@reg(aten.multilabel_margin_loss_forward.default)
-def _multilabel_margin_loss(x: Any, t: Any, reduction: int) -> tuple[Any, Any]:
-    """Eager's loss; torch's decomposition counts the positions after a -1 as class 0 (torch
-    2.13), so it is not used."""
-    x2, t2 = jnp.atleast_2d(x), jnp.atleast_2d(t)
-    in_range(t2 + 1, x2.shape[-1] + 1)  # eager: "argument #2 'target' is out of range"
-    z, keep, _, is_target = _multilabel_margin(x2, t2)
-    per_sample = jnp.sum(jnp.where(keep, z, 0), axis=(1, 2)) / x2.shape[-1]
-    if reduction == 0:
-        loss = per_sample if x.ndim == 2 else per_sample[0]
-    else:
-        loss = jnp.mean(per_sample) if reduction == 1 else jnp.sum(per_sample)
-    return loss.astype(x.dtype), is_target.reshape(t.shape).astype(x.dtype)
-
-
-checked(aten.multilabel_margin_loss_forward.default)
-
-
-@meta_kernel(aten.multilabel_margin_loss_backward.default)  # torch has none
-def _multilabel_margin_loss_bwd_meta(g: Any, x: Any, *rest: Any) -> Any:
-    return torch.empty_like(x)
-
-
-@reg(aten.multilabel_margin_loss_backward.default)
-def _multilabel_margin_loss_bwd(g: Any, x: Any, t: Any, reduction: int, is_target: Any) -> Any:
-    x2, t2 = jnp.atleast_2d(x), jnp.atleast_2d(t)
-    _, keep, hit, _ = _multilabel_margin(x2, t2)
-    n, dim = x2.shape
-    coef = upcast(g) / (n if reduction == 1 else 1) if reduction else upcast(g).reshape(n)[:, None]
-    plus = jnp.sum(keep, axis=1)  # each class's hinges as the non-target
-    minus = jnp.sum(jnp.sum(keep, axis=2, keepdims=True) * hit, axis=1)  # as the target
-    grad = (plus - minus).astype(coef.dtype) / dim * coef
-    return grad.reshape(x.shape).astype(x.dtype)
-
-
 @reg(aten.binary_cross_entropy.default)
 def _binary_cross_entropy(x: Any, t: Any, w: Any = None, reduction: int = 1) -> Any:
     """Torch's decomposition (in float32 for bfloat16/float16), and eager's checks of the
