@@ -21,6 +21,7 @@ import xlacache.lazy.compat.core.xla_model as xm
 import xlacache.lazy.compat.debug.metrics as met
 import xlacache.lazy.compat.distributed.parallel_loader as pl
 import xlacache.lazy.compat.distributed.xla_multiprocessing as xmp
+import xlacache.lazy.compat.utils.serialization as xser
 import xlacache.lazy.compat.utils.utils as xu
 from xlacache.lazy.compat import runtime as xr
 
@@ -145,6 +146,7 @@ def test_process_names_single_process():
     assert xr.world_size() == xm.xrt_world_size() == 1
     assert xr.global_ordinal() == xm.get_ordinal() == xr.local_ordinal() == 0
     assert xm.is_master_ordinal() and xm.is_master_ordinal(local=False)
+    assert xm.is_xla_tensor(torch.ones(1, device=dev)) and not xm.is_xla_tensor(torch.ones(1))
     assert xr.device_type() == "CPU" and xr.using_pjrt() and not xr.is_spmd()
     assert torch_xla.device() == xm.xla_device() == dev and torch_xla.devices() == [dev]
     buf = io.StringIO()
@@ -157,6 +159,42 @@ def test_process_names_single_process():
     assert torch_xla.launch(lambda i: i * 10, debug_single_process=True) == 0
     with pytest.raises(ValueError, match="nprocs"):
         xmp.spawn(lambda i: i, nprocs=0)
+
+
+def test_xser_saves_one_file_per_device_tensor_and_loads_cpu_tensors(tmp_path):
+    """``torch_xla.utils.serialization``: a model and its optimizer state, a tensor saved twice
+    (one file, one tensor back), host values kept; the loaded state trains on as before."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randn(5, 4).to(dev)).sum().backward()
+    opt.step()
+    shared = model[0].weight
+    data = {"model": model.state_dict(), "opt": opt.state_dict(), "again": [shared, shared],
+            "host": torch.arange(3), "step": 7}  # fmt: skip
+    path = tmp_path / "ckpt.pt"
+    xser.save(data, path)
+    files = sorted(p.name for p in (tmp_path / "ckpt.pt.tensors").iterdir())
+    # the state dict's 4 tensors, AdamW's 2 moments per parameter (its steps are CPU tensors,
+    # kept in the file itself), and the weight listed twice under "again": written once
+    assert len(files) == 4 + 4 * 2 + 1, files
+    loaded = xser.load(path)
+    assert loaded["step"] == 7 and torch.equal(loaded["host"], torch.arange(3))
+    assert loaded["again"][0] is loaded["again"][1]
+    for k, v in model.state_dict().items():
+        assert loaded["model"][k].device.type == "cpu"
+        assert torch.equal(loaded["model"][k], v.cpu())
+    again = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3)).to(dev)
+    again.load_state_dict(loaded["model"])
+    opt2 = torch.optim.AdamW(again.parameters(), lr=0.1)
+    opt2.load_state_dict(loaded["opt"])
+    x = torch.randn(5, 4).to(dev)
+    for m, o in ((model, opt), (again, opt2)):
+        o.zero_grad()
+        m(x).sum().backward()
+        o.step()
+    for a, b in zip(model.parameters(), again.parameters(), strict=True):
+        assert torch.equal(a.cpu(), b.cpu())
 
 
 def test_manual_seed_reseeds_the_device_only():

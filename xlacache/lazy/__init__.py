@@ -43,6 +43,7 @@ from . import factories as _factories  # noqa: E402
 from . import packed as _packed  # noqa: E402, F401 - registers its handlers
 from . import random_ops as _random_ops  # noqa: E402, F401 - registers its handlers
 from . import rng as _rng  # noqa: E402
+from . import serialization as _serialization  # noqa: E402
 from . import special as _special  # noqa: E402, F401 - registers its handlers
 from . import tensor as _tensor  # noqa: E402
 from . import trim as _trim  # noqa: E402
@@ -286,17 +287,6 @@ def is_lazy(t: Any) -> bool:
     return isinstance(t, LazyTensor)
 
 
-def _to_cpu(obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu() if isinstance(obj, LazyTensor) else obj
-    if isinstance(obj, dict):
-        return type(obj)((k, _to_cpu(v)) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        vals = [_to_cpu(v) for v in obj]
-        return type(obj)(*vals) if hasattr(obj, "_fields") else type(obj)(vals)
-    return obj
-
-
 def save(data: Any, path: Any, master_only: bool = True, global_master: bool = False) -> None:
     """``xm.save``: move tensors to CPU, then ``torch.save``. Load, then ``.to(device())``.
 
@@ -304,7 +294,7 @@ def save(data: Any, path: Any, master_only: bool = True, global_master: bool = F
     collective); with ``master_only`` only the master (of the host, or of the job with
     ``global_master``) writes, and the processes meet after the write."""
     sync()
-    cpu = _to_cpu(data)
+    cpu = _serialization.map_tensors(data, lambda t: t.detach().cpu() if is_lazy(t) else t)
     if not master_only or is_master_ordinal(local=not global_master):
         torch.save(cpu, path)
     rendezvous("xlacache.lazy.save")

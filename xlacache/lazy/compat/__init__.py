@@ -7,6 +7,7 @@ Replace the ``torch_xla`` prefix of an import with ``xlacache.lazy.compat``::
     from xlacache.lazy.compat import runtime as xr            # from torch_xla import runtime
     import xlacache.lazy.compat.debug.metrics as met          # torch_xla.debug.metrics
     import xlacache.lazy.compat.utils.utils as xu             # torch_xla.utils.utils
+    import xlacache.lazy.compat.utils.serialization as xser   # torch_xla.utils.serialization
     import xlacache.lazy.compat.distributed.parallel_loader as pl
     import xlacache.lazy.compat.distributed.xla_multiprocessing as xmp
     import xlacache.lazy.compat.test.test_utils as test_utils

@@ -49,6 +49,7 @@ __all__ = [
     "get_rng_state",
     "get_xla_supported_devices",
     "is_master_ordinal",
+    "is_xla_tensor",
     "mark_step",
     "master_print",
     "mesh_reduce",
@@ -78,6 +79,11 @@ def xrt_world_size(defval: int = 1) -> int:
 
 def get_xla_supported_devices(devkind: str | None = None, max_devices: int | None = None) -> list:
     return [str(_xl.device())]
+
+
+def is_xla_tensor(tensor: Any) -> bool:
+    """Whether ``tensor`` lives on the xla device."""
+    return _xl.is_lazy(tensor)
 
 
 def xla_device_hw(device: Any) -> str:

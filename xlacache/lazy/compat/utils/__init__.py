@@ -1,5 +1,5 @@
 """``torch_xla.utils``."""
 
-from . import utils
+from . import serialization, utils
 
-__all__ = ["utils"]
+__all__ = ["serialization", "utils"]
