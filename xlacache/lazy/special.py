@@ -269,3 +269,21 @@ def _amp_update_scale_(args: tuple, kwargs: dict) -> LazyTensor:
 def _one_hot(args: tuple, kwargs: dict) -> Any:
     """``one_hot`` below autograd (``torch.inference_mode``), as above it (``_device``)."""
     return xla_one_hot(*args, **kwargs)
+
+
+def _factor_as_torch(func: Any) -> Any:
+    """Torch factors a contiguous real ``A`` as ``A^T`` for ``func`` (the same determinant),
+    and its backward solves with those LU factors and pivots accordingly; the lowering factors
+    its input, so it is given ``A^T`` then (compiled graphs: ``dynamo.strided``)."""
+
+    def handler(args: tuple, kwargs: dict) -> Any:
+        a = args[0]
+        if a.is_contiguous() and not a.is_complex():
+            a = dispatch(aten.transpose.int, (a, -2, -1), {})
+        return record(func, (a, *args[1:]), kwargs)
+
+    return handler
+
+
+for _op in (aten._linalg_det.default, aten._linalg_slogdet.default):
+    special(_op)(_factor_as_torch(_op))

@@ -135,6 +135,14 @@ INTERNALS = (
     Internal("torch._subclasses.fake_tensor.FakeTensorMode", "dynamo.aot_cache: a loaded graph"),
     Internal("torch._inductor.inductor_prims", "dynamo.lower: prims.fma (Dynamo's addcmul_)"),
     Internal(
+        "torch._C._nn.multilabel_margin_loss",
+        "dynamo.backend: a graph calling it runs lazily (AOTAutograd's kernel is wrong)",
+    ),
+    Internal(
+        "torch._higher_order_ops.effects.with_effects",
+        "dynamo.strided: ordered ops (_linalg_check_errors) in graphs run lazily",
+    ),
+    Internal(
         "torch._functorch.aot_autograd.SerializableAOTDispatchCompiler",
         "dynamo.backend: graphs AOTAutograd's cache can keep",
     ),

@@ -20,13 +20,17 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 import torch
+from torch._higher_order_ops.effects import with_effects
 from torch.fx import Node
 
+from ..lowering import LOWERINGS
 from ..lowering.shapes import strided_index
 
 aten = torch.ops.aten
 Concrete = Callable[[Any], int]
 LAYOUT_OPS = (aten.as_strided.default, aten.as_strided_scatter.default, aten.sym_stride.int)
+# ops whose LU factors (outputs the backward solves with) are those of A^T when A is contiguous
+FACTORED_TRANSPOSED = (aten._linalg_det.default, aten._linalg_slogdet.default)
 
 
 def _layout(node: Any, concrete: Concrete) -> np.ndarray:
@@ -66,6 +70,12 @@ def lowering(n: Node, concrete: Concrete) -> Callable[..., Any] | None:
     src = n.args[0] if n.args else None
     if not isinstance(src, Node) or "val" not in src.meta:
         return None
+    if t in FACTORED_TRANSPOSED:
+        fake = src.meta["val"]
+        if not fake.is_contiguous() or fake.is_complex():
+            return None
+        factor = LOWERINGS[t]  # torch factors a contiguous real A as A^T (lazy: special.py)
+        return lambda a: factor(jnp.swapaxes(a, -1, -2))
     if t is aten.sym_stride.int:
         strides = [concrete(s) for s in src.meta["val"].stride()]
         return lambda x, d: strides[d]
@@ -107,10 +117,21 @@ def _view(args: tuple, kwargs: dict) -> np.ndarray:
     return strided_index(size, stride, offset)
 
 
+def _run_with_effects(token: Any, op: Any, *args: Any, **kwargs: Any) -> tuple:
+    """AOTAutograd's ``with_effects(token, op, ...)`` (an ordered op such as
+    ``_linalg_check_errors``, threaded by a CPU token) on lazy tensors: the op, in order."""
+    out = op(*args, **kwargs)
+    return (token, *out) if isinstance(out, tuple) else (token, out)
+
+
 class _EagerLayout(torch.fx.Interpreter):
-    """Runs a graph on lazy tensors, its layout-dependent ops by their index maps."""
+    """Runs a graph on lazy tensors, its layout-dependent ops by their index maps and its
+    effectful ops (``with_effects``, which has no rule for lazy tensors) in order."""
 
     def run_node(self, n: Node) -> Any:
+        if n.op == "call_function" and n.target is with_effects:
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            return _run_with_effects(*args, **kwargs)
         if n.op != "call_function" or n.target not in LAYOUT_OPS:
             return super().run_node(n)
         args, kwargs = self.fetch_args_kwargs_from_env(n)
@@ -129,7 +150,8 @@ class _EagerLayout(torch.fx.Interpreter):
 
 def lazy_runner(gm: torch.fx.GraphModule) -> Callable[..., Any]:
     """What runs ``gm`` op by op on lazy tensors: ``gm`` itself, or, when it has ``as_strided``
-    or its kin, an interpreter that gives them eager's layouts."""
-    if any(n.op == "call_function" and n.target in LAYOUT_OPS for n in gm.graph.nodes):
+    or its kin (or ``with_effects``), an interpreter that gives them eager's layouts."""
+    special = (*LAYOUT_OPS, with_effects)
+    if any(n.op == "call_function" and n.target in special for n in gm.graph.nodes):
         return _EagerLayout(gm).run
     return gm

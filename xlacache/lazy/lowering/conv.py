@@ -46,6 +46,11 @@ def _conv(
     fp32_precision: str | None = None,
 ) -> Any:
     nd = w.ndim - 2
+    # one value for every spatial dimension, as aten's convolution expands it ('valid': [0])
+    stride, padding, dilation, output_padding = (
+        tuple(v) * nd if len(v) == 1 else tuple(v)
+        for v in (stride, padding, dilation, output_padding)
+    )
     precision = conv_precision(fp32_precision)
     unbatched = x.ndim == nd + 1
     if unbatched:

@@ -65,10 +65,12 @@ def _logspace(
     start: Any, end: Any, steps: int, base: float = 10.0, dtype: Any = None, **kw: Any
 ) -> Any:
     """Eager's kernel: the first half steps up from ``start``, the second half down from
-    ``end`` (in float64, then rounded to ``dtype``)."""
+    ``end`` (in float64, then rounded to ``dtype``); one step is ``base ** start``."""
     i = np.arange(steps, dtype=np.float64)
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     exps = np.where(i < steps // 2, start + step * i, end - step * (steps - i - 1))
+    if steps == 1:
+        exps = np.full(1, start, np.float64)
     return jnp.asarray(np.power(base, exps) if steps else exps)
 
 

@@ -27,8 +27,24 @@ reg(aten.masked_fill.Scalar, aten.masked_fill.Tensor)(
 )
 
 
+def _as_vectors(fn: Any) -> Any:
+    """``fn`` over 0-d operands as over vectors of one element (a 0-d tensor's dim 0 is
+    itself, as in eager), its result back to 0-d."""
+
+    def lowering(x: Any, dim: int, index: Any, *rest: Any, **kw: Any) -> Any:
+        if x.ndim:
+            return fn(x, dim, index, *rest, **kw)
+        rest = tuple(r.reshape(1) if getattr(r, "ndim", None) == 0 else r for r in rest)
+        return fn(x.reshape(1), 0, index.reshape(1), *rest, **kw).reshape(())
+
+    return lowering
+
+
 @reg(aten.gather.default)
+@_as_vectors
 def _gather(x: Any, dim: int, index: Any, sparse_grad: bool = False) -> Any:
+    if index.size == 0:  # eager takes an empty index of any rank
+        return jnp.zeros(index.shape, x.dtype)
     ax = norm_dim(dim, x.ndim)
     in_range(index, x.shape[ax])
     x = x[tuple(slice(None) if d == ax else slice(0, n) for d, n in enumerate(index.shape))]
@@ -41,7 +57,10 @@ def _scatter_idx(index: Any, dim: int) -> tuple:
 
 
 @reg(aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce)
+@_as_vectors
 def _scatter(x: Any, dim: int, index: Any, src: Any, reduce: Any = None) -> Any:
+    if index.size == 0:  # eager takes an empty index of any rank: nothing written
+        return x
     ax = norm_dim(dim, x.ndim)
     if hasattr(src, "ndim") and src.ndim:
         src = src[tuple(slice(0, n) for n in index.shape)]
@@ -59,9 +78,12 @@ def _scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
 
 
 @reg(aten.scatter_reduce.two)
+@_as_vectors
 def _scatter_reduce(
     x: Any, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True
 ) -> Any:
+    if index.size == 0:  # eager takes an empty index of any rank: nothing written
+        return x
     ax = norm_dim(dim, x.ndim)
     in_range(index, x.shape[ax])
     idx = _scatter_idx(index, ax)
@@ -174,6 +196,8 @@ def _embedding_bwd(g: Any, idx: Any, num_weights: int, padding_idx: int, scale: 
 def _index_reduce(
     x: Any, dim: int, index: Any, src: Any, reduce: str, include_self: bool = True
 ) -> Any:
+    if index.size == 0:  # eager takes an empty index of any rank: nothing written
+        return x
     ax = norm_dim(dim, x.ndim)
     shape = [1] * src.ndim
     shape[ax] = -1
@@ -201,8 +225,12 @@ def _put(x: Any, index: Any, src: Any, accumulate: bool = False) -> Any:
 
 @reg(aten.masked_scatter.default)
 def _masked_scatter(x: Any, mask: Any, src: Any) -> Any:
-    """The masked positions take ``src``'s elements in order."""
-    m = jnp.broadcast_to(mask, x.shape)
+    """The masked positions take ``src``'s elements in order (``x`` and ``mask`` broadcast to
+    each other, as in eager)."""
+    shape = jnp.broadcast_shapes(x.shape, mask.shape)
+    x, m = jnp.broadcast_to(x, shape), jnp.broadcast_to(mask, shape)
+    if src.size == 0:  # then no position is masked (eager checks that src is long enough)
+        return x
     pos = jnp.cumsum(m.reshape(-1).astype(jnp.int64)) - 1
     vals = src.reshape(-1)[jnp.clip(pos, 0, max(src.size - 1, 0))].reshape(x.shape)
     return jnp.where(m, vals.astype(x.dtype), x)

@@ -240,11 +240,11 @@ reg(aten.mse_loss.default)(
 
 
 def _group_norm(x: Any, w: Any, b: Any, n: int, c: int, hw: int, group: int, eps: float) -> Any:
-    xf = upcast(x).reshape(n, group, -1)
+    xf = upcast(x).reshape(n, group, c // group * hw)  # sizes given: an empty batch too
     mean = jnp.mean(xf, axis=-1)
     var = jnp.mean(jnp.square(xf - mean[..., None]), axis=-1)
     rstd = lax.rsqrt(var + eps)
-    out = ((xf - mean[..., None]) * rstd[..., None]).reshape(n, c, -1)
+    out = ((xf - mean[..., None]) * rstd[..., None]).reshape(n, c, hw)
     if w is not None:
         out = out * upcast(w)[None, :, None]
     if b is not None:
@@ -259,12 +259,13 @@ reg(aten.native_group_norm.default)(_group_norm)
 def _group_norm_bwd(
     g: Any, x: Any, mean: Any, rstd: Any, w: Any, n: int, c: int, hw: int, group: int, mask: Any
 ) -> Any:
-    gf = upcast(g).reshape(n, c, -1)
+    gf = upcast(g).reshape(n, c, hw)
     mean, rstd = upcast(mean)[..., None], upcast(rstd)[..., None]
-    xhat = ((upcast(x).reshape(n, group, -1) - mean) * rstd).reshape(n, c, -1)
+    per_group = c // group * hw
+    xhat = ((upcast(x).reshape(n, group, per_group) - mean) * rstd).reshape(n, c, hw)
     wv = jnp.ones((c,), jnp.float32) if w is None else upcast(w)
-    gxhat = (gf * wv[None, :, None]).reshape(n, group, -1)
-    xg = xhat.reshape(n, group, -1)
+    gxhat = (gf * wv[None, :, None]).reshape(n, group, per_group)
+    xg = xhat.reshape(n, group, per_group)
     gx = rstd * (
         gxhat - jnp.mean(gxhat, -1, keepdims=True) - xg * jnp.mean(gxhat * xg, -1, keepdims=True)
     )

@@ -31,7 +31,9 @@ def _expand(x: Any, size: Any, implicit: bool = False) -> Any:
 
 reg(aten.permute.default)(lambda x, dims: jnp.transpose(x, [norm_dim(d, x.ndim) for d in dims]))
 reg(aten.t.default)(lambda x: x.T)
-reg(aten.transpose.int)(lambda x, a, b: jnp.swapaxes(x, norm_dim(a, x.ndim), norm_dim(b, x.ndim)))
+reg(aten.transpose.int)(  # a 0-d tensor's dims 0 and -1 are itself
+    lambda x, a, b: jnp.swapaxes(x, norm_dim(a, x.ndim), norm_dim(b, x.ndim)) if x.ndim else x
+)
 reg(aten.unsqueeze.default)(lambda x, d: jnp.expand_dims(x, d % (x.ndim + 1)))
 reg(aten.squeeze.default)(lambda x: jnp.squeeze(x))
 reg(aten.squeeze.dim, aten.squeeze.dims)(
@@ -113,7 +115,8 @@ def _cat(tensors: Any, dim: int = 0) -> Any:
 
 
 reg(aten.stack.default)(lambda ts, dim=0: jnp.stack(ts, axis=dim % (ts[0].ndim + 1)))
-reg(aten.flip.default)(lambda x, dims: jnp.flip(x, norm_dims(dims, x.ndim)))
+# no dims: nothing flipped (``norm_dims`` reads none as all, as reductions do)
+reg(aten.flip.default)(lambda x, dims: jnp.flip(x, norm_dims(dims, x.ndim)) if dims else x)
 reg(aten.roll.default)(  # dims in their order: they pair with the shifts
     lambda x, shifts, dims=(): jnp.roll(x, shifts, tuple(norm_dim(d, x.ndim) for d in dims) or None)
 )

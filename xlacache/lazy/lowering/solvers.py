@@ -140,13 +140,13 @@ def _solve_ex(a: Any, b: Any, left: bool = True, check_errors: bool = False) -> 
     vector = b.ndim == 1 or (b.ndim == a.ndim - 1 and b.shape == a.shape[:-1])
     if vector:
         b = b[..., None]
-    if not left:  # X A = B  <=>  A^T X^T = B^T
-        a, b = _mT(a), _mT(b)
+    if not left:  # X A = B  <=>  A^H X^H = B^H, from the LU of A (torch returns A's, the
+        b = _mH(b)  # factors its backward solves with)
     b, a = _batch(b, a)
     lu, piv, perm, info = _lu(a)
-    x = _lu_solve(lu, perm, b)
+    x = _lu_solve(lu, perm, b, adjoint=not left)
     if not left:
-        x = _mT(x)
+        x = _mH(x)
     return (x[..., 0] if vector else x), lu, piv, info
 
 
