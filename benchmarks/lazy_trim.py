@@ -27,7 +27,8 @@ from lazy_gpt import run_json  # noqa: E402
 OFF = 10**12  # a cap no program reaches
 
 
-def _chain(dev: object, n: int) -> object:
+def chain(dev: object, n: int) -> object:
+    """``x = x * 0.999 + 0.001`` ``n`` times from a ramp; the result on the CPU."""
     import torch
 
     x = torch.linspace(0, 1, 64).to(dev)
@@ -36,7 +37,9 @@ def _chain(dev: object, n: int) -> object:
     return x.cpu()
 
 
-def _eval(dev: object, batches: int) -> object:
+def evaluate(dev: object, batches: int) -> object:
+    """An MLP's evaluation loop summing accuracy and loss on the device, no barrier; the
+    two sums on the CPU (``tests/lazy/test_trim.py`` runs it too)."""
     import torch
     import torch.nn.functional as F
 
@@ -61,7 +64,7 @@ def child(workload: str, size: int) -> dict:
     import xlacache.lazy as xl
     from xlacache.lazy import metrics
 
-    fn = _chain if workload == "chain" else _eval
+    fn = chain if workload == "chain" else evaluate
     eager = fn("cpu", size)
     metrics.clear_all()
     t0 = time.perf_counter()
