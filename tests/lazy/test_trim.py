@@ -67,6 +67,7 @@ def test_an_evaluation_loop_without_barriers_keeps_its_graphs_bounded(cap, monke
     assert max(sizes) <= 300, sizes  # not one graph of all 60 batches (about 720 ops)
 
 
+@pytest.mark.slow  # measured: about 2 s
 def test_views_and_in_place_updates_across_pieces_stay_exact(cap):
     def run(dev: torch.device | str) -> torch.Tensor:
         buf = torch.zeros(6).to(dev)
@@ -108,6 +109,7 @@ def test_a_loop_that_reads_every_step_is_never_trimmed(monkeypatch):
     assert sum(compiled[4:]) == 0, compiled
 
 
+@pytest.mark.slow  # a fresh interpreter imports torch and jax
 def test_the_settings_are_torch_xlas():
     env = {**os.environ, "XLA_TRIM_GRAPH_SIZE": "1234", "XLA_TRIM_GRAPH_CHECK_FREQUENCY": "7"}
     code = "import xlacache.lazy; from xlacache.lazy.state import STATE as S; "
