@@ -18,6 +18,32 @@ from .registry import meta_kernel, reg, upcast
 aten = torch.ops.aten
 
 
+def _loss_shape(x: Any, reduction: int) -> tuple:
+    """Eager's shape of the loss: torch's meta kernels give ``[1]``, not ``[]``, for a
+    vector's loss without reduction."""
+    return tuple(x.shape[:1]) if reduction == 0 and x.dim() == 2 else ()
+
+
+def _reduced(per_sample: Any, x: Any, reduction: int) -> Any:
+    """The samples' losses reduced as eager reduces them (a vector's unreduced loss is 0-d)."""
+    if reduction == 0:
+        return per_sample if x.ndim == 2 else per_sample[0]
+    return jnp.mean(per_sample) if reduction == 1 else jnp.sum(per_sample)
+
+
+def _sample_grads(g: Any, n: int, reduction: int) -> Any:
+    """The gradient each of the ``n`` samples' losses receives, as a column."""
+    gf = upcast(g)
+    return gf.reshape(n)[:, None] if reduction == 0 else gf / (n if reduction == 1 else 1)
+
+
+@meta_kernel(  # torch has none
+    aten.multilabel_margin_loss_backward.default, aten.multi_margin_loss_backward.default
+)
+def _margin_loss_bwd_meta(g: Any, x: Any, *rest: Any) -> Any:
+    return torch.empty_like(x)
+
+
 def _multilabel_margin(x: Any, t: Any) -> tuple[Any, Any, Any, Any]:
     """Per sample (2-d): which target positions count (those before the first -1), the
     classes that are targets, and each (target position, class) hinge ``1 - x[t] + x[i]``
@@ -36,10 +62,7 @@ def _multilabel_margin(x: Any, t: Any) -> tuple[Any, Any, Any, Any]:
 
 @meta_kernel(aten.multilabel_margin_loss_forward.default)
 def _multilabel_margin_loss_meta(x: Any, t: Any, reduction: int) -> Any:
-    """Eager's shapes: torch's meta kernel gives ``[1]``, not ``[]``, for a vector's loss
-    without reduction."""
-    shape = x.shape[:1] if reduction == 0 and x.dim() == 2 else ()
-    return x.new_empty(shape), x.new_empty(t.shape)
+    return x.new_empty(_loss_shape(x, reduction)), x.new_empty(t.shape)
 
 
 @reg(aten.multilabel_margin_loss_forward.default)
@@ -50,19 +73,11 @@ def _multilabel_margin_loss(x: Any, t: Any, reduction: int) -> tuple[Any, Any]:
     in_range(t2 + 1, x2.shape[-1] + 1)  # eager: "argument #2 'target' is out of range"
     z, keep, _, is_target = _multilabel_margin(x2, t2)
     per_sample = jnp.sum(jnp.where(keep, z, 0), axis=(1, 2)) / x2.shape[-1]
-    if reduction == 0:
-        loss = per_sample if x.ndim == 2 else per_sample[0]
-    else:
-        loss = jnp.mean(per_sample) if reduction == 1 else jnp.sum(per_sample)
+    loss = _reduced(per_sample, x, reduction)
     return loss.astype(x.dtype), is_target.reshape(t.shape).astype(x.dtype)
 
 
 checked(aten.multilabel_margin_loss_forward.default)
-
-
-@meta_kernel(aten.multilabel_margin_loss_backward.default)  # torch has none
-def _multilabel_margin_loss_bwd_meta(g: Any, x: Any, *rest: Any) -> Any:
-    return torch.empty_like(x)
 
 
 @reg(aten.multilabel_margin_loss_backward.default)
@@ -70,7 +85,7 @@ def _multilabel_margin_loss_bwd(g: Any, x: Any, t: Any, reduction: int, is_targe
     x2, t2 = jnp.atleast_2d(x), jnp.atleast_2d(t)
     _, keep, hit, _ = _multilabel_margin(x2, t2)
     n, dim = x2.shape
-    coef = upcast(g) / (n if reduction == 1 else 1) if reduction else upcast(g).reshape(n)[:, None]
+    coef = _sample_grads(g, n, reduction)
     plus = jnp.sum(keep, axis=1)  # each class's hinges as the non-target
     minus = jnp.sum(jnp.sum(keep, axis=2, keepdims=True) * hit, axis=1)  # as the target
     grad = (plus - minus).astype(coef.dtype) / dim * coef
@@ -90,8 +105,7 @@ def _multi_margin_hinges(x: Any, t: Any, p: Any, margin: Any, w: Any) -> tuple[A
 @meta_kernel(aten.multi_margin_loss.default)
 def _multi_margin_loss_meta(x: Any, t: Any, p: Any = 1, margin: Any = 1, w: Any = None,
                             reduction: int = 1) -> Any:  # fmt: skip
-    """Eager's shapes: torch's gives ``[1]``, not ``[]``, for a vector's loss without reduction."""
-    return x.new_empty(x.shape[:1] if reduction == 0 and x.dim() == 2 else ())
+    return x.new_empty(_loss_shape(x, reduction))
 
 
 @reg(aten.multi_margin_loss.default)
@@ -103,19 +117,10 @@ def _multi_margin_loss(
     z, is_target, weight = _multi_margin_hinges(x2, t2, p, margin, w)
     hinge = jnp.where(is_target, 0, jnp.maximum(z, 0))
     per_sample = jnp.sum((hinge if p == 1 else hinge * hinge) * weight, axis=1) / x2.shape[1]
-    if reduction == 0:
-        loss = per_sample if x.ndim == 2 else per_sample[0]
-    else:
-        loss = jnp.mean(per_sample) if reduction == 1 else jnp.sum(per_sample)
-    return loss.astype(x.dtype)
+    return _reduced(per_sample, x, reduction).astype(x.dtype)
 
 
 checked(aten.multi_margin_loss.default)
-
-
-@meta_kernel(aten.multi_margin_loss_backward.default)  # torch has none
-def _multi_margin_loss_bwd_meta(g: Any, x: Any, *rest: Any) -> Any:
-    return torch.empty_like(x)
 
 
 @reg(aten.multi_margin_loss_backward.default)
@@ -128,7 +133,6 @@ def _multi_margin_loss_bwd(
     n, dim = x2.shape
     z, is_target, weight = _multi_margin_hinges(x2, t2, p, margin, w)
     h = jnp.where((z > 0) & ~is_target, 1 if p == 1 else 2 * z, 0).astype(z.dtype) * weight
-    gf = upcast(g)
-    h = h * (gf.reshape(n)[:, None] if reduction == 0 else gf / (n if reduction == 1 else 1)) / dim
+    h = h * _sample_grads(g, n, reduction) / dim
     grad = h - jnp.where(is_target, jnp.sum(h, axis=1, keepdims=True), 0)
     return grad.reshape(x.shape).astype(x.dtype)
