@@ -112,8 +112,9 @@ def names(index: int) -> tuple[int, int, int, int]:
 
 
 def rank_dependent_constant(index: int) -> None:
-    """Each rank bakes its own rank into the graph (a constant fill): different programs."""
-    t = torch.full((2,), float(xl.global_ordinal()), device=xl.device())
+    """Each rank bakes its own rank into the graph (a constant fill: the ints 0 and 1 are
+    constants, as in torch_xla; other numbers are graph inputs): different programs."""
+    t = torch.full((2,), xl.global_ordinal(), dtype=torch.float32, device=xl.device())
     xl.all_reduce("sum", t).cpu()
 
 

@@ -109,9 +109,10 @@ _AVALS = (((2,), torch.float32),)
 _META = torch.empty(2, device="meta")
 
 
-def _one_vector(func, margs, mkw, akey):
+def _one_vector(func, margs, mkw, akey, in_avals):
     """Shape inference for the encoding test: one float32 vector, whatever the op got."""
-    return func, _META, _AVALS, node_prefix(op_code(func), akey, avals_code(_AVALS)), None, None
+    prefix = node_prefix(op_code(func), akey, avals_code(_AVALS))
+    return func, _META, _AVALS, prefix, None, None, False
 
 
 def _tensorize(v, x):
@@ -137,7 +138,7 @@ def test_record_encodes_attributes_as_identity_encode(args, kwargs):
     args = [x, *(_tensorize(a, x) for a in args)]
     kwargs = {k: _tensorize(v, x) for k, v in kwargs.items()}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(record_mod, "_infer", _one_vector)
+        mp.setattr(record_mod, "infer", _one_vector)
         try:
             out = record_mod.record(aten.add.Tensor, tuple(args), kwargs)
         finally:

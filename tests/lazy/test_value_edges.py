@@ -98,3 +98,67 @@ def test_nan_to_num_gives_the_largest_value_of_the_inputs_dtype(dtype, compiled)
         want = torch.nan_to_num(x, **kwargs)
         got = _run(lambda t, kw=kwargs: torch.nan_to_num(t, **kw), compiled)(x.to(DEV)).cpu()
         assert torch.equal(got, want), (kwargs, got, want)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+@pytest.mark.parametrize("op", ["sum", "cumsum", "nansum"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_reduction_to_a_16_bit_float_accumulates_in_float32(op, dtype, compiled):
+    # 64ths up to 4: float32 adds 300 of them exactly, a 16-bit accumulator would round
+    x = torch.randint(-256, 256, (4, 300), generator=torch.Generator().manual_seed(0)) / 64
+
+    def reduce(t):
+        return getattr(torch, op)(t, 1, dtype=dtype)
+
+    got = _run(reduce, compiled)(x.to(DEV)).cpu()
+    assert torch.equal(got, reduce(x))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_a_product_of_integers_given_a_float_dtype_multiplies_floats(compiled):
+    x = torch.full((2, 10), 2**10, dtype=torch.int32)  # 2**100: exact in float64, not in int64
+
+    def products(t):
+        return torch.prod(t, 1, dtype=torch.float64), torch.cumprod(t, 1, dtype=torch.float32)
+
+    for got, want in zip(_run(products, compiled)(x.to(DEV)), products(x), strict=True):
+        assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+def test_bfloat16_batch_norm_in_eval_mode_computes_its_scale_in_float32(compiled):
+    # var + eps rounded to bfloat16 before the square root moves some of these outputs
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 2, 64, generator=g).to(torch.bfloat16)
+    stats = [torch.randn(2, generator=g), torch.rand(2, generator=g) + 0.1]
+    stats = [s.to(torch.bfloat16) for s in stats]
+
+    def norm(t, mean, var):
+        return F.batch_norm(t, mean, var, training=False, eps=0.3)
+
+    got = _run(norm, compiled)(x.to(DEV), *(s.to(DEV) for s in stats)).cpu()
+    assert torch.equal(got, norm(x, *stats))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_16_bit_division_with_a_rounding_mode_rounds_as_eager(mode, dtype, compiled):
+    # by a tensor: eager rounds after each operation (the quotient first); by a number: float32
+    g = torch.Generator().manual_seed(0)
+    a, b = ((torch.randn(20000, generator=g) * 4).to(dtype) for _ in range(2))
+
+    def divide(x, y):
+        return torch.div(x, y, rounding_mode=mode), torch.div(x, 0.1, rounding_mode=mode)
+
+    for got, want in zip(_run(divide, compiled)(a.to(DEV), b.to(DEV)), divide(a, b), strict=True):
+        assert torch.equal(got.cpu(), want)
+
+
+def test_integer_shifts_broadcast_and_an_integer_range_truncates_its_bounds():
+    x, y = torch.tensor([1, 2, -8]), torch.tensor([[0], [1], [3]])
+    for shift in (torch.bitwise_left_shift, torch.bitwise_right_shift):
+        assert torch.equal(shift(x.to(DEV), y.to(DEV)).cpu(), shift(x, y))
+    for bounds in [(-0.9, 2.1, 2.0), (0.0, -8.000001, -4.0), (1.1, 5.1, 2.0)]:
+        want = torch.arange(*bounds, dtype=torch.int64)
+        assert torch.equal(torch.arange(*bounds, dtype=torch.int64, device=DEV).cpu(), want)

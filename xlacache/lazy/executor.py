@@ -88,8 +88,8 @@ def _build(order: list[Node], outs: list[tuple[Node, int]], checked: bool = Fals
         if n.op in (DATA, RNG):
             leaf_arg[i] = ("a", n_arr)
             n_arr += 1
-        elif n.op == SCALAR:
-            leaf_arg[i] = ("s", n_sc)
+        elif n.op == SCALAR:  # a float32 or (an exact integer in float32) int64 input
+            leaf_arg[i] = ("s" if n.avals[0][1] is torch.float32 else "i", n_sc)
             n_sc += 1
         else:
             ins = tuple((m.pos, k) for m, k in n.inputs)
@@ -107,7 +107,10 @@ def _build(order: list[Node], outs: list[tuple[Node, int]], checked: bool = Fals
         arrays, scalars = args[:-1], args[-1]
         env: list[Any] = [None] * len(order)
         for i, (kind, j) in leaf_arg.items():
-            env[i] = (arrays[j],) if kind == "a" else (scalars[j],)
+            if kind == "a":
+                env[i] = (arrays[j],)
+            else:
+                env[i] = (scalars[j] if kind == "s" else scalars[j].astype(jnp.int64),)
         for i, st in steps:
             ins = [env[p][k] for p, k in st.ins]
             try:

@@ -19,6 +19,7 @@ from .identity import Placeholder, encode, encode_avals, node_digest, node_prefi
 
 __all__ = [
     "DATA",
+    "EXACT_INT_SCALAR",
     "LEAF_OPS",
     "RANDOM",
     "RNG",
@@ -27,6 +28,8 @@ __all__ = [
     "Placeholder",
     "avals_code",
     "data_node",
+    "dynamic_int",
+    "int_scalar_node",
     "leaf_prefix",
     "op_code",
     "placeholder",
@@ -123,7 +126,7 @@ class Node:
 
 
 DATA = "data"  # device data: ``data`` is a jax array
-SCALAR = "scalar"  # a Python float that may change between steps: a graph input, not a constant
+SCALAR = "scalar"  # a Python number that may change between steps: a graph input, not a constant
 RNG = "rng"  # the RNG key of one trace epoch: ``data`` is a uint32[2] numpy array
 LEAF_OPS = frozenset((DATA, SCALAR, RNG))
 RANDOM = (
@@ -153,8 +156,27 @@ _SCALAR_AVALS = (((), torch.float32),)
 _SCALAR_PREFIX = leaf_prefix(SCALAR, _SCALAR_AVALS)
 
 
+_INT_SCALAR_AVALS = (((), torch.int64),)
+_INT_SCALAR_PREFIX = leaf_prefix(SCALAR, _INT_SCALAR_AVALS)
+# Python ints up to this magnitude are graph inputs: the scalars travel as one float32 vector,
+# which holds them exactly; larger ones stay constants
+EXACT_INT_SCALAR = 2**24
+
+
 def scalar_node(value: float) -> Node:
+    """A float graph input (float32)."""
     return Node(SCALAR, (), None, _SCALAR_AVALS, data=float(value), prefix=_SCALAR_PREFIX)
+
+
+def dynamic_int(x: int) -> bool:
+    """Is the int ``x``, given to a ``Scalar`` argument, a graph input? All but 0 and 1, as
+    torch_xla's scalars (which keeps those two as constants), while float32 holds them exactly."""
+    return (x > 1 or x < 0) and -EXACT_INT_SCALAR <= x <= EXACT_INT_SCALAR
+
+
+def int_scalar_node(value: int) -> Node:
+    """An int graph input (int64 in the graph; ``|value| <= EXACT_INT_SCALAR``)."""
+    return Node(SCALAR, (), None, _INT_SCALAR_AVALS, data=float(value), prefix=_INT_SCALAR_PREFIX)
 
 
 def rng_node(key: Any) -> Node:

@@ -1,9 +1,9 @@
 """Recording: aten op -> IR node, with shapes from torch's meta kernels; values and views.
 
 ``record(func, args, kwargs)`` turns lazy tensors into node inputs (placeholders in the stored
-argument template), Python floats given to ``Scalar`` arguments into graph inputs, infers the
-outputs' shapes and dtypes with the meta kernel (memoized by op, exact attribute encoding and
-input shapes), and returns lazy tensors for the new node's outputs.
+argument template), Python numbers given to ``Scalar`` arguments into graph inputs, infers the
+outputs' shapes and dtypes with the meta kernel (``meta_inference``: memoized by op, exact
+attribute encoding and input shapes), and returns lazy tensors for the new node's outputs.
 
 Views are recorded as functional ops that remember their root (the storage they view) and the
 chain of view ops from it: ``value`` re-derives a view whose root was updated in place, and
@@ -16,12 +16,27 @@ from typing import Any
 
 import torch
 
-from .graph import Node, Placeholder, avals_code, op_code, placeholder, scalar_node
+from .graph import (
+    Node,
+    Placeholder,
+    dynamic_int,
+    int_scalar_node,
+    placeholder,
+    scalar_node,
+)
 from .identity import PLACEHOLDERS as _PLACEHOLDERS
-from .identity import encode, node_prefix
-from .lowering import ARGUMENT_CHECKS, LOWERINGS, META_KERNELS, STATIC_SCALAR_OPS, precision
+from .identity import encode
+from .lowering import (
+    LOWERINGS,
+    SCALAR_CONVERSIONS,
+    STATIC_SCALAR_OPS,
+    check_scalar_conversions,
+    precision,
+)
+from .meta_inference import META_CACHE as _META_CACHE
+from .meta_inference import infer
 from .state import STATE
-from .tensor import Cell, LazyTensor, contiguous_meta, new_lazy, tracing_nested
+from .tensor import Cell, LazyTensor, new_lazy, tracing_nested
 from .transfer import to_device
 
 aten = torch.ops.aten
@@ -134,14 +149,16 @@ _SCATTERS = {
 class _Op:
     """What recording needs to know about an op, worked out once per op."""
 
-    __slots__ = ("func", "spos", "snames", "view", "fp32")
+    __slots__ = ("func", "spos", "snames", "view", "fp32", "converts")
 
     def __init__(self, func: Any) -> None:
         self.func = func
         self.view = bool(func.is_view)
         self.fp32 = func in precision.OPS  # float32 precision follows PyTorch's setting
+        self.converts = func in SCALAR_CONVERSIONS  # eager checks a number's range
         schema = func._schema.arguments
-        if func in STATIC_SCALAR_OPS or not any(str(a.type).startswith("Tensor") for a in schema):
+        tensors = any(str(a.type).startswith("Tensor") for a in schema)
+        if func in STATIC_SCALAR_OPS or not (tensors or func in _FILLING_FACTORIES):
             idx: list[tuple[int, str]] = []
         else:
             idx = [
@@ -149,20 +166,19 @@ class _Op:
                 for i, a in enumerate(schema)
                 if "number" in str(a.type) or str(a.type) == "Tensor"
             ]
-        # positions and names of the ``Scalar`` arguments whose float values become graph inputs
+        # positions and names of the ``Scalar`` arguments whose values become graph inputs
+        # (floats; ints but 0 and 1, as torch_xla: ``dynamic_int``)
         self.spos = frozenset(i for i, _ in idx)
         self.snames = frozenset(n for _, n in idx)
+
+
+# factories whose Scalar is a value, not a shape (``arange``'s bounds stay constants)
+_FILLING_FACTORIES = frozenset((aten.full.default, aten.scalar_tensor.default))
 
 
 # keyed by id(op) (an OpOverload's __hash__ is a Python call); entries keep their op alive and
 # are checked with ``is``, so a reused id never selects another op's entry
 _OPS: dict[int, _Op] = STATE.ops
-# shape inference results by (op, exact attribute encoding, input shapes and dtypes): torch's
-# meta kernels are Python and cost ~100-400 us an op; a training loop repeats the same ops.
-# Values: (op, output metas (contiguous; a tuple for multi-output ops, else one), avals,
-# node-digest prefix, the multi-output container type or None, whether the op is wide).
-_META_CACHE: dict[tuple[int, str, tuple], tuple] = STATE.meta_cache
-_META_CACHE_MAX = 200_000
 _COPY_FIRST = (None,)  # the _META_CACHE entry of a view eager's layout does not allow
 
 
@@ -219,6 +235,8 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
     if dyn and type(x) is float:
         ctx.dyn = True
         return ctx.add((scalar_node(x), 0)), x
+    if dyn and type(x) is int and dynamic_int(x):
+        return ctx.add((int_scalar_node(x), 0)), x
     if type(x) is Cell:
         return ctx.add(value(x)), x._meta
     if isinstance(x, torch.device):
@@ -228,8 +246,6 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
 
 # 0-dim CPU tensors of these dtypes become float32 graph inputs (exactly); float64 ones are data
 _F32_EXACT = frozenset((torch.float32, torch.float16, torch.bfloat16))
-# scalar graph inputs are float32: an op on these dtypes gets its Python floats as constants
-WIDE_DTYPES = frozenset((torch.float64, torch.complex128))
 _NONE: frozenset = frozenset()
 
 # ops that take CPU tensors along with xla ones in eager PyTorch too (index tensors and values)
@@ -309,16 +325,19 @@ def record(
                 margs.append(lay)
                 lays.append((i, lay.stride(), lay.storage_offset()))
             codes.append(ph.code)
-        elif ta is int:
+        elif ta is int and (i not in spos or not dynamic_int(a)):
             targs.append(a)
             margs.append(a)
             codes.append(f"i{a}")
-        elif ta is float and i in spos:  # a step-varying scalar: a graph input
-            v = (scalar_node(a), 0)
+        elif (ta is float or ta is int) and i in spos:  # a step-varying scalar: a graph input
+            if ta is int:  # exact in the graph, and a float64 op's too
+                v = (int_scalar_node(a), 0)
+            else:
+                v = (scalar_node(a), 0)
+                dyn = True
             ph = placeholder(len(inputs))
             seen[v] = len(inputs)
             inputs.append(v)
-            dyn = True
             targs.append(ph)
             margs.append(a)
             codes.append(ph.code)
@@ -360,8 +379,7 @@ def record(
     if hit is None or hit[0] is not func:
         if hit is not _COPY_FIRST:
             try:
-                inferred = _infer(func, margs, mkw, akey)
-                hit = _META_CACHE[ck] = (*inferred, _wide(ck[2], inferred[2]))
+                hit = _META_CACHE[ck] = infer(func, margs, mkw, akey, ck[2])
             except RuntimeError:
                 if not lays or not op.view or lays[0][0] != 0:
                     raise
@@ -373,6 +391,8 @@ def record(
             first = record(aten.clone.default, (args[0],), dense, as_view=False)
             return record(func, (first, *args[1:]), kwargs, as_view, into, static)
     _, metas, avals, prefix, multi, layouts, wide = hit
+    if op.converts:
+        check_scalar_conversions(func, args, kwargs, avals[0][1])
     if wide and (dyn or (ctx is not None and ctx.dyn)):
         # float64 math: its Python floats stay exact constants
         return record(func, args, kwargs, as_view, into, static=True)
@@ -407,61 +427,6 @@ def record(
         for k, m in enumerate(metas)
     ]
     return wrapped if multi is list else tuple(wrapped)
-
-
-def _wide(in_avals: tuple, avals: tuple) -> bool:
-    """Does the op read or write float64/complex128 values?"""
-    return any(a is not None and a[1] in WIDE_DTYPES for a in (*in_avals, *avals))
-
-
-def _infer(func: Any, margs: list, mkw: dict, akey: str) -> tuple:
-    """The ``_META_CACHE`` value of ``func`` on these inputs but its last item (runs the meta
-    kernel): the op, its output metas, avals, node-digest prefix, multi-output container type
-    (or None), and the layout of each output eager would not lay out contiguously (else None;
-    ``Cell._lay``). Raises eager's error where an argument check (``ARGUMENT_CHECKS``) fails."""
-    argument_check = ARGUMENT_CHECKS.get(func)
-    if argument_check is not None:
-        argument_check(*margs, **mkw)
-    meta = META_KERNELS.get(func, func)
-    try:
-        mout = meta(*margs, **mkw)
-    except Exception as e:  # noqa: BLE001 - re-raised with the op's name
-        numbers = _scalars_as_numbers(func, margs)
-        try:
-            if numbers is None:
-                raise
-            mout = meta(*numbers, **mkw)
-        except Exception:  # noqa: BLE001
-            raise RuntimeError(f"xlacache.lazy: shape inference failed for {func}: {e}") from e
-    if isinstance(mout, torch.Tensor) and (mout.is_conj() or mout.is_neg()):
-        # lazy values carry no conjugate/negative bit: ``_conj`` computes the conjugate
-        mout = torch.empty(mout.shape, dtype=mout.dtype, device="meta")
-    if isinstance(mout, torch.Tensor):
-        outs, multi = [mout], None
-    else:
-        outs, multi = list(mout), (list if isinstance(mout, list) else tuple)
-    avals = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in outs)
-    metas = tuple(None if o is None else contiguous_meta(o) for o in outs)
-    layouts = tuple(None if o is None or o.is_contiguous() else o for o in outs)
-    if len(_META_CACHE) > _META_CACHE_MAX:
-        _META_CACHE.clear()
-    prefix = node_prefix(op_code(func), akey, avals_code(avals))
-    if multi is None:
-        return func, metas[0], avals, prefix, multi, layouts[0]
-    return func, metas, avals, prefix, multi, layouts
-
-
-def _scalars_as_numbers(func: Any, margs: list) -> list | None:
-    """``margs`` with the 0-d tensors given to ``Scalar`` arguments (autograd formulas do that)
-    as numbers of their kind, which is all the meta kernel needs; None if there are none."""
-    out, changed = list(margs), False
-    for i, a in enumerate(func._schema.arguments[: len(margs)]):
-        m = margs[i]
-        if str(a.type) == "Scalar" and isinstance(m, torch.Tensor) and m.dim() == 0:
-            d = m.dtype
-            out[i] = 1j if d.is_complex else 1.0 if d.is_floating_point else d == torch.bool or 1
-            changed = True
-    return out if changed else None
 
 
 def track_view(out: LazyTensor, root: Cell, chain: tuple) -> None:

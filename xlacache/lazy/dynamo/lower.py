@@ -39,7 +39,8 @@ from ..foreach import foreach_element
 from ..lowering import ARGUMENT_CHECKS, LOWERED_IF, LOWERINGS, jax_dtype, precision
 from ..lowering.checks import CHECKED_OPS, returning_checks
 from ..lowering.elementwise import register_fma
-from ..record import WIDE_DTYPES, op_info
+from ..meta_inference import WIDE_DTYPES
+from ..record import op_info
 from ..rng import compiled_stream
 from . import draws, strided
 from .draws import RANDOM, REPLAYS, SAVES

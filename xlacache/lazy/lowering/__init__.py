@@ -33,6 +33,8 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 
 ``precision`` says how float32 matrix products and convolutions lower under PyTorch's
 precision settings (each such op records the setting as its ``fp32_precision`` attribute).
+``scalar_conversions`` is eager's range check of a Python number converted to a tensor's
+dtype (``fill_(300)`` on int8), run as the op is recorded.
 ``checks`` lets a lowering flag what eager checks on values (indices in range, probabilities
 in [0, 1], integer divisors not zero); the program returns the flags (``lazy.device_checks``
 reads them).
@@ -73,6 +75,7 @@ from .registry import (
     STATIC_SCALAR_OPS,
     reg,
 )
+from .scalar_conversions import SCALAR_CONVERSIONS, check_scalar_conversions
 
 __all__ = [
     "ARGUMENT_CHECKS",
@@ -80,8 +83,10 @@ __all__ = [
     "META_KERNELS",
     "BIT_VIEWS",
     "LOWERINGS",
+    "SCALAR_CONVERSIONS",
     "STATIC_SCALAR_OPS",
     "cast",
+    "check_scalar_conversions",
     "jax_dtype",
     "lower_random",
     "precision",

@@ -18,13 +18,14 @@ from jax import lax
 
 from .checks import ZERO_DIVISION, check, checked
 from .dtypes import floating, promote, result_dtype
-from .registry import LOWERINGS, argument_check, real_sign, reg_opmath, scaled
+from .registry import LOWERINGS, argument_check, in_opmath, real_sign, reg_opmath, scaled
 from .registry import reg as reg_plain
 
 aten = torch.ops.aten
 reg = reg_opmath  # bfloat16/float16 math in float32, as eager
 prims = torch.ops.prims
 Fn = Callable[..., Any]
+_LOW = {jnp.dtype(jnp.bfloat16): jnp.bfloat16, jnp.dtype(jnp.float16): jnp.float16}
 
 
 def binary(fn: Fn) -> Fn:
@@ -76,7 +77,6 @@ def _int_checked(fn: Fn) -> Fn:
     return run
 
 
-@reg(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(a: Any, b: Any, rounding_mode: str | None = None) -> Any:
     a, b = promote(a, b)
     if rounding_mode is None:
@@ -96,20 +96,36 @@ reg(prims.div.default)(  # truncates integers
 )
 
 
-def _floor_divide(a: Any, b: Any) -> Any:
+def _floor_divide(a: Any, b: Any, rounded: Fn = lambda x: x) -> Any:
+    """Eager's ``div_floor_floating`` (floor of the exact quotient, via ``fmod``), each step's
+    result ``rounded`` as eager's kernel rounds it; integers' floor division."""
     if jnp.issubdtype(jnp.asarray(a).dtype, jnp.integer):
         _by_zero(a, b)
         return jnp.floor_divide(a, b)
-    # eager's div_floor_floating: floor of the exact quotient, via fmod
     mod = jnp.fmod(a, b)
-    div = (a - mod) / b
-    div = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    div = rounded(rounded(a - mod) / b)
+    div = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), rounded(div - 1), div)
     fl = jnp.floor(div)
-    fl = jnp.where(div - fl > 0.5, fl + 1, fl)
+    fl = jnp.where(rounded(div - fl) > 0.5, rounded(fl + 1), fl)
     return jnp.where(b == 0, a / b, jnp.where(div == 0, jnp.copysign(0.0, a / b), fl))
 
 
-reg(aten.floor_divide.default, aten.floor_divide.Scalar)(binary(_floor_divide))
+@reg_plain(aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default)
+@reg_plain(aten.floor_divide.Scalar)
+def _rounding_division(a: Any, b: Any, rounding_mode: str | None = "floor") -> Any:
+    """Division with a rounding mode. Eager computes a 16-bit float tensor by another in that
+    dtype, rounding after each operation (``trunc(a / b)`` rounds the quotient first), and by a
+    Python number in float32, as it computes every other op on 16-bit floats."""
+    low = _LOW.get(getattr(a, "dtype", None))
+    if low is None or getattr(b, "dtype", None) != a.dtype or rounding_mode is None:
+        return _div_mode(*in_opmath((a, b)), rounding_mode)
+    a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+    rounded = lambda x: x.astype(low).astype(jnp.float32)  # noqa: E731
+    if rounding_mode == "trunc":
+        return jnp.trunc(rounded(a / b))
+    return _floor_divide(*jnp.broadcast_arrays(a, b), rounded)
+
+
 reg(aten.remainder.Tensor, aten.remainder.Scalar, aten.remainder.Scalar_Tensor)(
     binary(_int_checked(jnp.remainder))
 )
@@ -213,7 +229,7 @@ for _n, _f2 in [
 def _shift(left: bool) -> Fn:
     def fn(a: Any, b: Any) -> Any:
         dt = result_dtype(a, b)
-        a, b = (jnp.asarray(v, dt) for v in promote(a, b))
+        a, b = jnp.broadcast_arrays(*(jnp.asarray(v, dt) for v in promote(a, b)))
         bits = jnp.iinfo(a.dtype).bits
         out = lax.shift_left(a, b) if left else lax.shift_right_arithmetic(a, b)
         big = (b < 0) | (b >= bits)  # eager: shifting by the width or more gives 0 (or -1)

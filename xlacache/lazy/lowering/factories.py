@@ -50,6 +50,8 @@ reg(torch.ops.prims.convert_element_type.default)(lambda x, dtype: cast(x, jdt(d
 
 @reg(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def _arange(*args: Any, dtype: Any = None, **kw: Any) -> Any:
+    if dtype is not None and not (dtype.is_floating_point or dtype.is_complex):
+        args = tuple(int(a) for a in args)  # eager truncates an integer range's bounds first
     return jnp.asarray(np.arange(*args), dtype=jdt(dtype))
 
 

@@ -84,7 +84,7 @@ def _bn_train(x: Any, w: Any, b: Any, eps: float) -> tuple[Any, Any, Any]:
 
 
 def _bn_eval(x: Any, w: Any, b: Any, rm: Any, rv: Any, eps: float) -> Any:
-    out = (upcast(x) - _bc(rm, x)) * _bc(lax.rsqrt(rv + eps), x)
+    out = (upcast(x) - _bc(rm, x)) * _bc(lax.rsqrt(upcast(rv) + eps), x)  # in float32, as eager
     if w is not None:
         out = out * _bc(w, x)
     if b is not None:

@@ -17,22 +17,27 @@ aten = torch.ops.aten
 reg = reg_opmath  # bfloat16/float16 math in float32, as eager
 
 
+def as_dtype(x: Any, dtype: Any) -> Any:
+    """``x`` as eager reduces it given ``dtype=``: converted to ``dtype`` first, 16-bit floats
+    then accumulating in float32 (the executor rounds the result once)."""
+    return x if dtype is None else upcast(x.astype(jdt(dtype)))
+
+
 @reg(aten.sum.default, aten.sum.dim_IntList)
 def _sum(x: Any, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Any:
     if x.dtype == jnp.bool_:
         x = x.astype(jnp.int32)
-    return jnp.sum(x, axis=norm_dims(dim, x.ndim), keepdims=keepdim, dtype=jdt(dtype))
+    return jnp.sum(as_dtype(x, dtype), axis=norm_dims(dim, x.ndim), keepdims=keepdim)
 
 
 @reg(aten.mean.default, aten.mean.dim)
 def _mean(x: Any, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Any:
-    r = jnp.mean(upcast(x), axis=norm_dims(dim, x.ndim), keepdims=keepdim)
-    return r if dtype is None else r.astype(jdt(dtype))
+    return jnp.mean(upcast(as_dtype(x, dtype)), axis=norm_dims(dim, x.ndim), keepdims=keepdim)
 
 
 @reg(aten.prod.default, aten.prod.dim_int)
 def _prod(x: Any, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Any:
-    return jnp.prod(x, axis=norm_dims(dim, x.ndim), keepdims=keepdim)
+    return jnp.prod(as_dtype(x, dtype), axis=norm_dims(dim, x.ndim), keepdims=keepdim)
 
 
 reg(aten.amax.default)(
@@ -103,12 +108,13 @@ reg(aten.logsumexp.default)(
 
 
 def _accumulated(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``cumsum``/``cumprod``: integers and bools accumulate in int64, as eager's do."""
+    """``cumsum``/``cumprod``: integers and bools accumulate in int64, as eager's do; with
+    ``dtype=``, as ``as_dtype`` says."""
 
     def lowered(x: Any, dim: int, dtype: Any = None) -> Any:
         integral = jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_
-        out = jdt(dtype) if dtype is not None else jnp.int64 if integral else None
-        return fn(x, norm_dim(dim, x.ndim), out)
+        out = jnp.int64 if dtype is None and integral else None
+        return fn(as_dtype(x, dtype), norm_dim(dim, x.ndim), out)
 
     return lowered
 

@@ -12,13 +12,15 @@ from .dtypes import jax_dtype
 
 aten = torch.ops.aten
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
-# ops whose float Scalar arguments stay compile-time constants (not graph inputs)
+# ops whose Scalar arguments stay compile-time constants (not graph inputs)
 STATIC_SCALAR_OPS = {
     aten.pow.Tensor_Scalar,
     aten.pow.Scalar,
     aten.linalg_vector_norm.default,
     aten.nan_to_num.default,
     aten.embedding_renorm.default,
+    aten.multi_margin_loss.default,  # p picks the formula
+    aten.multi_margin_loss_backward.default,
 }
 
 Fn = Callable[..., Any]
@@ -47,9 +49,9 @@ def registrar(
 _LOW = (jnp.bfloat16, jnp.float16)
 
 
-def _opmath(x: Any) -> Any:
+def in_opmath(x: Any) -> Any:
     if isinstance(x, (tuple, list)):
-        return type(x)(_opmath(e) for e in x)
+        return type(x)(in_opmath(e) for e in x)
     return x.astype(jnp.float32) if getattr(x, "dtype", None) in _LOW else x
 
 
@@ -58,7 +60,7 @@ def opmath(fn: Fn) -> Fn:
     "opmath" type); the executor rounds results to the predicted dtype once."""
 
     def lowered(*args: Any, **kw: Any) -> Any:
-        return fn(*_opmath(args), **{k: _opmath(v) for k, v in kw.items()})
+        return fn(*in_opmath(args), **{k: in_opmath(v) for k, v in kw.items()})
 
     return lowered
 
