@@ -108,6 +108,8 @@ INTERNALS = (
     # where the lazy runtime puts host values and zeros (`lazy.transfer.put`, `zeros_array`)
     Internal("jax._src.interpreters.pxla", "batched_device_put", ("committed",)),
     Internal("jax._src.interpreters.pxla", "get_default_device"),
+    # an int graph input of the lazy runtime, typed as the Python int it stands for
+    Internal("jax._src.lax.lax", "_convert_element_type", ("weak_type",)),
 )
 
 

@@ -58,3 +58,16 @@ def test_batch_norm_no_update_without_a_weight_is_eagers(dtype):
     got = op(x.to(DEV), None, None, rm.to(DEV), rv.to(DEV), 0.1, 1e-5)
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g.cpu(), w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_batch_norm_without_running_statistics_saves_them_in_the_inputs_dtype(dtype):
+    """``_native_batch_norm_legit.no_stats``, as eager's CPU kernel (its meta kernel, like
+    CUDA, says float32 statistics)."""
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0)).to(dtype)
+    op = torch.ops.aten._native_batch_norm_legit.no_stats
+    want = op(x, None, None, True, 0.5, 1e-5)
+    got = op(x.to(DEV), None, None, True, 0.5, 1e-5)
+    for g, w in zip(got[1:], want[1:], strict=True):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g.cpu(), w)

@@ -159,3 +159,42 @@ def test_a_number_eager_converts_is_converted_as_eager(dtype, value, op):
     got = op(t.to(DEV), m.to(DEV), value).cpu()
     assert got.dtype == want.dtype
     assert torch.equal(got, want)
+
+
+_AS_EAGER = [  # an int graph input keeps the meaning of the Python int it stands for
+    (torch.int8, "vec", lambda t, v: t / v, 1000),  # true division: 1000, not int8's -24
+    (torch.int8, "vec", lambda t, v: torch.xlogy(t, v), 300),
+    (torch.int8, "vec", lambda t, v: torch.copysign(t, v), 255),
+    (torch.int8, "0d", lambda t, v: t < v, 1000),  # a 0-d int8 compares with int8's -24
+    (torch.int8, "0d", lambda t, v: t % v, 255),
+    (torch.int8, "0d", lambda t, v: v // t, 300),
+    (torch.uint8, "0d", lambda t, v: t.clamp(max=v), -1),  # -1 is uint8's 255
+    (torch.int16, "vec", lambda t, v: torch.isin(t, v), 2**16 + 3),  # not int16's 3
+    (torch.int64, "vec", lambda t, v: torch.addcmul(t, t, t, value=v), 2.5),  # value is 2
+    (torch.bool, "vec", lambda t, v: torch.add(t, t, alpha=v), -1),  # alpha is True
+    (torch.uint8, "vec", lambda t, v: t >> v, 2),  # a logical shift
+    (torch.uint8, "vec", lambda t, v: F.hardtanh(t, -v, v), 0.75),  # limits truncated first
+    (torch.bfloat16, "vec", lambda t, v: torch.div(v, t, rounding_mode="floor"), 1000),
+]
+
+
+@pytest.mark.parametrize(("dtype", "shape", "op", "v"), _AS_EAGER)
+def test_numbers_mean_what_they_mean_in_eager(dtype, shape, op, v):
+    t = torch.tensor([3, -2, 1, 5, 7, 100, 254]).to(dtype)
+    t = t[3] if shape == "0d" else t
+    want = op(t, v)
+    got = op(t.to(DEV), v).cpu()
+    assert got.dtype == want.dtype
+    if want.dtype == torch.float32:  # XLA divides by a number as a product by its reciprocal
+        torch.testing.assert_close(got, want, rtol=2e-7, atol=0)
+    else:
+        assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("op", [torch.remainder, torch.floor_divide, torch.fmod])
+def test_a_divisor_that_is_zero_in_the_dividends_dtype_raises_as_eager(op):
+    t = torch.tensor([3, 5], dtype=torch.int8)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        op(t, 2**20)  # 2**20 is 0 as an int8
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        op(t.to(DEV), 2**20).cpu()

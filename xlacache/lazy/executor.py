@@ -46,6 +46,7 @@ from .graph import (
 from .identity import graph_key, lowering_fingerprint
 from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
 from .lowering.checks import CHECKED_OPS, SIGNATURE, returning_checks
+from .lowering.dtypes import weak_int
 from .reads import cut, keep_computed
 from .record import record, value
 from .spmd import placement as spmd
@@ -110,7 +111,7 @@ def _build(order: list[Node], outs: list[tuple[Node, int]], checked: bool = Fals
             if kind == "a":
                 env[i] = (arrays[j],)
             else:
-                env[i] = (scalars[j] if kind == "s" else scalars[j].astype(jnp.int64),)
+                env[i] = (scalars[j] if kind == "s" else weak_int(scalars[j]),)
         for i, st in steps:
             ins = [env[p][k] for p, k in st.ins]
             try:

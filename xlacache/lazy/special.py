@@ -230,6 +230,12 @@ def _native_bn(args: tuple, kwargs: dict) -> Any:
     return out[0], empty, empty
 
 
+@special(aten._native_batch_norm_legit.no_stats)
+def _native_bn_no_stats(args: tuple, kwargs: dict) -> Any:
+    x, w, b, training, momentum, eps = args[:6]
+    return _native_bn((x, w, b, None, None, training, momentum, eps), {})
+
+
 # GradScaler (``torch.amp.GradScaler("xla")``): its two fused ops, as torch's kernels compute them
 
 

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax._src.lax.lax import _convert_element_type  # a row of xlacache.jax_internals
 
 DTYPES: dict[torch.dtype, Any] = {
     torch.float64: jnp.float64,
@@ -140,13 +141,28 @@ def _combine(higher: torch.dtype | None, lower: torch.dtype | None) -> torch.dty
     return torch.promote_types(higher, lower)
 
 
+def weak_int(x: Any) -> Any:
+    """``x`` (a whole number) as an int64 that JAX and ``result_type`` treat as a Python int
+    (weakly typed): an int graph input keeps the meaning of the int it stands for, which a
+    ``uint8`` tensor converts to its own dtype (``-1`` -> 255) and a division does not."""
+    return _convert_element_type(x, jnp.dtype(jnp.int64), weak_type=True)
+
+
+def _weak(x: Any) -> bool:
+    return bool(getattr(getattr(x, "aval", None), "weak_type", False))
+
+
 def result_dtype(*xs: Any) -> Any:
     """torch's result type (``TensorIterator``) of jax arrays and Python scalars: tensors with
-    dimensions first, then 0-d ones (graph-input floats among them), then Python numbers."""
+    dimensions first, then 0-d ones (graph-input floats among them), then Python numbers (and
+    the int graph inputs that stand for them, ``weak_int``)."""
     groups: list[torch.dtype | None] = [None, None, None]
     for x in xs:
         if isinstance(x, (jax.Array, np.ndarray)):
-            dt, g = _TORCH[np.dtype(x.dtype)], 0 if x.ndim else 1
+            if _weak(x):
+                dt, g = torch.int64, 2
+            else:
+                dt, g = _TORCH[np.dtype(x.dtype)], 0 if x.ndim else 1
         elif type(x) in _WRAPPED:
             dt, g = _WRAPPED[type(x)], 2
         elif isinstance(x, float):
@@ -162,7 +178,10 @@ def promote(*xs: Any) -> list[Any]:
     """``xs`` with their arrays cast to torch's result type, as eager computes binary ops (JAX's
     own promotion differs: int64 with a Python float is float64 under x64, for one)."""
     dt = result_dtype(*xs)
-    return [cast(x, dt) if isinstance(x, jax.Array) and x.dtype != dt else x for x in xs]
+    return [
+        cast(x, dt) if isinstance(x, jax.Array) and x.dtype != dt and not _weak(x) else x
+        for x in xs
+    ]
 
 
 def floating(x: Any) -> Any:

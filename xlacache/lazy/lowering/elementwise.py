@@ -64,9 +64,11 @@ reg(aten.mul.Tensor, aten.mul.Scalar)(binary(lambda a, b: a * b))
 
 
 def _by_zero(a: Any, b: Any) -> None:
-    """Eager raises ZeroDivisionError for an integer division or remainder by zero."""
-    if jnp.issubdtype(jnp.result_type(a, b), jnp.integer):
-        check(ZERO_DIVISION, jnp.asarray(b) == 0)
+    """Eager raises ZeroDivisionError for an integer division or remainder by zero (by a
+    divisor that is zero once converted to the dividend's type: 2**20 for an int8 tensor)."""
+    dt = jnp.result_type(a, b)
+    if jnp.issubdtype(dt, jnp.integer):
+        check(ZERO_DIVISION, lax.convert_element_type(jnp.asarray(b), dt) == 0)
 
 
 def _int_checked(fn: Fn) -> Fn:
@@ -113,13 +115,15 @@ def _floor_divide(a: Any, b: Any, rounded: Fn = lambda x: x) -> Any:
 @reg_plain(aten.div.Tensor_mode, aten.div.Scalar_mode, aten.floor_divide.default)
 @reg_plain(aten.floor_divide.Scalar)
 def _rounding_division(a: Any, b: Any, rounding_mode: str | None = "floor") -> Any:
-    """Division with a rounding mode. Eager computes a 16-bit float tensor by another in that
-    dtype, rounding after each operation (``trunc(a / b)`` rounds the quotient first), and by a
-    Python number in float32, as it computes every other op on 16-bit floats."""
-    low = _LOW.get(getattr(a, "dtype", None))
-    if low is None or getattr(b, "dtype", None) != a.dtype or rounding_mode is None:
+    """Division with a rounding mode. Eager computes a division by a 16-bit float tensor in
+    that dtype, rounding after each operation (``trunc(a / b)`` rounds the quotient first; a
+    number divided converts to the dtype first), and a division by a number in float32, as it
+    computes every other op on 16-bit floats."""
+    low = _LOW.get(jnp.dtype(result_dtype(a, b)))
+    by_number = getattr(b, "ndim", 0) == 0  # a 0-d tensor too: eager's scalar divisor
+    if low is None or rounding_mode is None or getattr(b, "dtype", None) != low or by_number:
         return _div_mode(*in_opmath((a, b)), rounding_mode)
-    a, b = a.astype(jnp.float32), b.astype(jnp.float32)
+    a, b = (jnp.asarray(x).astype(low).astype(jnp.float32) for x in (a, b))
     rounded = lambda x: x.astype(low).astype(jnp.float32)  # noqa: E731
     if rounding_mode == "trunc":
         return jnp.trunc(rounded(a / b))
@@ -231,7 +235,12 @@ def _shift(left: bool) -> Fn:
         dt = result_dtype(a, b)
         a, b = jnp.broadcast_arrays(*(jnp.asarray(v, dt) for v in promote(a, b)))
         bits = jnp.iinfo(a.dtype).bits
-        out = lax.shift_left(a, b) if left else lax.shift_right_arithmetic(a, b)
+        right = (
+            lax.shift_right_logical
+            if jnp.issubdtype(a.dtype, jnp.unsignedinteger)
+            else (lax.shift_right_arithmetic)
+        )
+        out = lax.shift_left(a, b) if left else right(a, b)
         big = (b < 0) | (b >= bits)  # eager: shifting by the width or more gives 0 (or -1)
         fill = jnp.zeros_like(out) if left else jnp.where(a < 0, -1, 0).astype(a.dtype)
         return jnp.where(big, fill, out)
@@ -278,13 +287,13 @@ def _lerp(a: Any, b: Any, w: Any) -> Any:
 @reg(aten.addcmul.default)
 def _addcmul(s: Any, a: Any, b: Any, value: Any = 1) -> Any:
     s, a, b = promote(s, a, b)
-    return s + value * a * b
+    return s + scaled(a * b, value)
 
 
 @reg(aten.addcdiv.default)
 def _addcdiv(s: Any, a: Any, b: Any, value: Any = 1) -> Any:
     s, a, b = promote(s, a, b)
-    return s + value * (a / b)
+    return s + scaled(a / b, value)
 
 
 @reg_plain(aten.nan_to_num.default)  # in the input's dtype: an infinity becomes its largest

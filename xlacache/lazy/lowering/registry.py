@@ -8,7 +8,7 @@ from typing import Any
 import jax.numpy as jnp
 import torch
 
-from .dtypes import jax_dtype
+from .dtypes import cast, jax_dtype
 
 aten = torch.ops.aten
 LOWERINGS: dict[Any, Callable[..., Any]] = {}
@@ -126,7 +126,14 @@ def as_shape(size: Any) -> tuple[int, ...]:
 
 
 def scaled(b: Any, alpha: Any) -> Any:
-    return b if isinstance(alpha, int) and alpha == 1 else b * alpha
+    """``b * alpha`` as eager scales: an integer or bool ``b`` by ``alpha`` converted to its
+    dtype first (``value=2.5`` multiplies int64 values by 2; ``alpha=-1`` on bools is True)."""
+    if isinstance(alpha, int) and alpha == 1:
+        return b
+    dt = getattr(b, "dtype", None)
+    if dt is not None and not jnp.issubdtype(dt, jnp.inexact):
+        alpha = cast(jnp.asarray(alpha), dt)
+    return b * alpha
 
 
 def scalar_as_vector(*ops: Any) -> None:

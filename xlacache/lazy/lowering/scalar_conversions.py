@@ -20,6 +20,7 @@ EXACT = "exact"  # converted to the result's dtype
 STRICT = "strict"  # the same, and a negative number never fits an unsigned dtype
 OPMATH = "opmath"  # converted to the dtype the kernel computes in (float32 for 16-bit floats)
 WIDE_ONLY = "wide-only"  # like EXACT, but a 16-bit float takes any value (inf when too large)
+TRUNCATED = "truncated"  # like EXACT, an integer dtype's float limit truncated first
 
 SCALAR_CONVERSIONS: dict[Any, dict[str, str]] = {
     aten.fill.Scalar: {"value": EXACT},
@@ -33,7 +34,7 @@ SCALAR_CONVERSIONS: dict[Any, dict[str, str]] = {
     aten.clamp.default: {"min": EXACT, "max": EXACT},
     aten.clamp_min.default: {"min": EXACT},
     aten.clamp_max.default: {"max": EXACT},
-    aten.hardtanh.default: {"min_val": EXACT, "max_val": EXACT},
+    aten.hardtanh.default: {"min_val": TRUNCATED, "max_val": TRUNCATED},
     aten.threshold.default: {"threshold": OPMATH, "value": EXACT},
     aten.constant_pad_nd.default: {"value": STRICT},
     aten.addcmul.default: {"value": OPMATH},
@@ -96,6 +97,8 @@ def check_scalar_conversions(func: Any, args: tuple, kwargs: dict, dtype: torch.
         if mode == WIDE_ONLY and dtype in _HALVES:
             continue
         target = torch.float32 if mode == OPMATH and dtype in _HALVES else dtype
+        if mode == TRUNCATED and type(value) is float and math.isfinite(value):
+            value = value if target.is_floating_point else math.trunc(value)
         if overflows(value, target, strict_unsigned=mode == STRICT):
             c10 = _C10_NAMES.get(target, str(target))
             raise RuntimeError(f"value cannot be converted to type {c10} without overflow")
