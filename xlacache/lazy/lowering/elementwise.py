@@ -235,11 +235,8 @@ def _shift(left: bool) -> Fn:
         dt = result_dtype(a, b)
         a, b = jnp.broadcast_arrays(*(jnp.asarray(v, dt) for v in promote(a, b)))
         bits = jnp.iinfo(a.dtype).bits
-        right = (
-            lax.shift_right_logical
-            if jnp.issubdtype(a.dtype, jnp.unsignedinteger)
-            else (lax.shift_right_arithmetic)
-        )
+        unsigned = jnp.issubdtype(a.dtype, jnp.unsignedinteger)  # eager: a logical shift
+        right = lax.shift_right_logical if unsigned else lax.shift_right_arithmetic
         out = lax.shift_left(a, b) if left else right(a, b)
         big = (b < 0) | (b >= bits)  # eager: shifting by the width or more gives 0 (or -1)
         fill = jnp.zeros_like(out) if left else jnp.where(a < 0, -1, 0).astype(a.dtype)
