@@ -175,6 +175,8 @@ _AS_EAGER = [  # an int graph input keeps the meaning of the Python int it stand
     (torch.uint8, "vec", lambda t, v: t >> v, 2),  # a logical shift
     (torch.uint8, "vec", lambda t, v: F.hardtanh(t, -v, v), 0.75),  # limits truncated first
     (torch.bfloat16, "vec", lambda t, v: torch.div(v, t, rounding_mode="floor"), 1000),
+    (torch.float32, "vec", lambda t, v: torch.div(v, t / 10, rounding_mode="trunc"), 1000),
+    (torch.float32, "vec", lambda t, v: torch.div(v, t / 10, rounding_mode="floor"), -7),
 ]
 
 

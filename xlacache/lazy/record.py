@@ -146,6 +146,10 @@ _SCATTERS = {
 # --------------------------------------------------------------------------- recording
 
 
+# factories whose Scalar is a value, not a shape (``arange``'s bounds stay constants)
+_FILLING_FACTORIES = frozenset((aten.full.default, aten.scalar_tensor.default))
+
+
 class _Op:
     """What recording needs to know about an op, worked out once per op."""
 
@@ -170,10 +174,6 @@ class _Op:
         # (floats; ints but 0 and 1, as torch_xla: ``dynamic_int``)
         self.spos = frozenset(i for i, _ in idx)
         self.snames = frozenset(n for _, n in idx)
-
-
-# factories whose Scalar is a value, not a shape (``arange``'s bounds stay constants)
-_FILLING_FACTORIES = frozenset((aten.full.default, aten.scalar_tensor.default))
 
 
 # keyed by id(op) (an OpOverload's __hash__ is a Python call); entries keep their op alive and

@@ -18,14 +18,21 @@ from jax import lax
 
 from .checks import ZERO_DIVISION, check, checked
 from .dtypes import floating, promote, result_dtype
-from .registry import LOWERINGS, argument_check, in_opmath, real_sign, reg_opmath, scaled
+from .registry import (
+    LOW_FLOATS,
+    LOWERINGS,
+    argument_check,
+    in_opmath,
+    real_sign,
+    reg_opmath,
+    scaled,
+)
 from .registry import reg as reg_plain
 
 aten = torch.ops.aten
 reg = reg_opmath  # bfloat16/float16 math in float32, as eager
 prims = torch.ops.prims
 Fn = Callable[..., Any]
-_LOW = {jnp.dtype(jnp.bfloat16): jnp.bfloat16, jnp.dtype(jnp.float16): jnp.float16}
 
 
 def binary(fn: Fn) -> Fn:
@@ -79,16 +86,26 @@ def _int_checked(fn: Fn) -> Fn:
     return run
 
 
+def _integers(a: Any, b: Any) -> tuple[Any, Any] | None:
+    """``a`` and ``b`` as arrays of their integer result type (a number converted, wrapping,
+    as eager converts it), or None when the result type is not an integer one."""
+    dt = result_dtype(a, b)
+    if dt is None or not jnp.issubdtype(dt, jnp.integer):
+        return None
+    a, b = (lax.convert_element_type(jnp.asarray(x), dt) for x in (a, b))
+    _by_zero(a, b)
+    return a, b
+
+
 def _div_mode(a: Any, b: Any, rounding_mode: str | None = None) -> Any:
     a, b = promote(a, b)
     if rounding_mode is None:
-        return jnp.true_divide(floating(a), b)
+        return jnp.true_divide(floating(jnp.asarray(a)), b)
     if rounding_mode == "floor":
         return _floor_divide(a, b)
-    if jnp.issubdtype(a.dtype, jnp.integer):
-        _by_zero(a, b)
-        a, b = jnp.broadcast_arrays(a, jnp.asarray(b, a.dtype))
-        return lax.div(a, b)  # truncates, exactly (a float quotient would round int64)
+    ints = _integers(a, b)
+    if ints is not None:  # truncates, exactly (a float quotient would round int64)
+        return lax.div(*jnp.broadcast_arrays(*ints))
     return jnp.trunc(jnp.true_divide(a, b))
 
 
@@ -101,9 +118,9 @@ reg(prims.div.default)(  # truncates integers
 def _floor_divide(a: Any, b: Any, rounded: Fn = lambda x: x) -> Any:
     """Eager's ``div_floor_floating`` (floor of the exact quotient, via ``fmod``), each step's
     result ``rounded`` as eager's kernel rounds it; integers' floor division."""
-    if jnp.issubdtype(jnp.asarray(a).dtype, jnp.integer):
-        _by_zero(a, b)
-        return jnp.floor_divide(a, b)
+    ints = _integers(a, b)
+    if ints is not None:
+        return jnp.floor_divide(*ints)
     mod = jnp.fmod(a, b)
     div = rounded(rounded(a - mod) / b)
     div = jnp.where((mod != 0) & ((b < 0) != (mod < 0)), rounded(div - 1), div)
@@ -119,12 +136,15 @@ def _rounding_division(a: Any, b: Any, rounding_mode: str | None = "floor") -> A
     that dtype, rounding after each operation (``trunc(a / b)`` rounds the quotient first; a
     number divided converts to the dtype first), and a division by a number in float32, as it
     computes every other op on 16-bit floats."""
-    low = _LOW.get(jnp.dtype(result_dtype(a, b)))
-    by_number = getattr(b, "ndim", 0) == 0  # a 0-d tensor too: eager's scalar divisor
-    if low is None or rounding_mode is None or getattr(b, "dtype", None) != low or by_number:
+    low = result_dtype(a, b)
+    by_tensor = getattr(b, "ndim", 0) > 0 and b.dtype == low  # a 0-d divisor: eager's scalar
+    if low not in LOW_FLOATS or rounding_mode is None or not by_tensor:
         return _div_mode(*in_opmath((a, b)), rounding_mode)
-    a, b = (jnp.asarray(x).astype(low).astype(jnp.float32) for x in (a, b))
-    rounded = lambda x: x.astype(low).astype(jnp.float32)  # noqa: E731
+
+    def rounded(x: Any) -> Any:
+        return jnp.asarray(x).astype(low).astype(jnp.float32)
+
+    a, b = rounded(a), rounded(b)
     if rounding_mode == "trunc":
         return jnp.trunc(rounded(a / b))
     return _floor_divide(*jnp.broadcast_arrays(a, b), rounded)

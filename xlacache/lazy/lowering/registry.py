@@ -46,13 +46,13 @@ def registrar(
     return register
 
 
-_LOW = (jnp.bfloat16, jnp.float16)
+LOW_FLOATS = (jnp.bfloat16, jnp.float16)  # computed in float32 (eager's opmath)
 
 
 def in_opmath(x: Any) -> Any:
     if isinstance(x, (tuple, list)):
         return type(x)(in_opmath(e) for e in x)
-    return x.astype(jnp.float32) if getattr(x, "dtype", None) in _LOW else x
+    return x.astype(jnp.float32) if getattr(x, "dtype", None) in LOW_FLOATS else x
 
 
 def opmath(fn: Fn) -> Fn:
