@@ -38,7 +38,7 @@ from .lowering import ARGUMENT_CHECKS, LOWERED_IF, LOWERINGS, library_ops
 from .lowering.elementwise import register_fma
 from .lowering.registry import registrar
 from .other_device import elsewhere, is_like_op, run_elsewhere
-from .record import assign, record, track_view
+from .record import assign, check_output_cast, record, track_view
 from .state import STATE
 from .tensor import LazyTensor
 from .transfer import to_device
@@ -75,7 +75,7 @@ def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
             return record(f, args, kwargs, into=args[0])
         except UnencodableAttribute:
             res = cpu_fallback(f, args, kwargs)
-        assign(args[0], res if isinstance(res, LazyTensor) else res[0])
+        _write_result(args[0], res if isinstance(res, LazyTensor) else res[0])
         return args[0]
     return _dispatch_slow(func, args, kwargs)
 
@@ -148,7 +148,7 @@ def _dispatch_slow(func: Any, args: tuple, kwargs: dict) -> Any:
         f = functional_of(func)
         if f is not None:
             res = dispatch(f, args, kwargs)
-            assign(args[0], res if isinstance(res, LazyTensor) else res[0])
+            _write_result(args[0], res if isinstance(res, LazyTensor) else res[0])
             return args[0]
     argument_check = ARGUMENT_CHECKS.get(func)  # eager's, which a decomposition may lack
     if argument_check is not None:
@@ -216,31 +216,49 @@ def _writes_self_only(func: Any) -> bool:
 
 
 _OPTIONS = ("dtype", "layout", "device", "pin_memory")  # a factory's, given by its out= tensor
+# reductions whose out= tensor's dtype is the dtype they compute in, as their ``dtype=``
+# (``torch.sum(x, 0, out=int64_t)`` sums the values converted to int64)
+_DTYPE_FROM_OUT = {
+    aten.sum, aten.nansum, aten.mean, aten.prod, aten.cumsum, aten.cumprod
+}  # fmt: skip
+
+
+def _write_result(t: LazyTensor, result: LazyTensor) -> None:
+    """An in-place op's result written into ``t``, as eager casts it (or refuses to)."""
+    check_output_cast(result.dtype, t.dtype)
+    assign(t, result)
+
+
+def _signature(args: list) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in args]
 
 
 def _out_variant(func: Any, args: tuple, kwargs: dict, outs: tuple[str, ...]) -> Any:
     """``op(..., out=t)`` as its functional overload (a factory's ``arange(..., out=t)`` as
-    ``arange(..., dtype=t.dtype, device=t.device)``), each result assigned into its ``out=``
-    tensor, which takes the result's shape as in eager (``resize_output``)."""
+    ``arange(..., dtype=t.dtype, device=t.device)``), each result cast into its ``out=``
+    tensor as eager casts it, which takes the result's shape as in eager (``resize_output``)."""
     given = [kwargs[n] for n in outs]
     kw = {k: v for k, v in kwargs.items() if k not in outs}
-    names = [a.name for a in func._schema.arguments if a.name not in outs]
+    want = _signature([a for a in func._schema.arguments if a.name not in outs])
     for ov in func.overloadpacket.overloads():
         cand = getattr(func.overloadpacket, ov)
         cargs = cand._schema.arguments
         if any(a.alias_info is not None and a.alias_info.is_write for a in cargs):
             continue
         options = {"dtype": given[0].dtype, "device": given[0].device}
-        cnames = [a.name for a in cargs]
-        if cnames == names:
-            options = {}
-        elif [n for n in cnames if n not in _OPTIONS] != names or "dtype" not in cnames:
+        signature = _signature(cargs)
+        if signature == want:
+            by_out = func.overloadpacket in _DTYPE_FROM_OUT and kw.get("dtype") is None
+            options = {"dtype": given[0].dtype} if by_out else {}
+        elif [a for a in signature if a[0] not in _OPTIONS] != want or "dtype" not in dict(
+            signature
+        ):
             continue
         res = dispatch(cand, args, {**kw, **options})
         results = [res] if len(given) == 1 else list(res)
         for out, r in zip(given, results, strict=True):
             _resize_output(out, r.shape)
-            assign(out, r)
+            _write_result(out, r)
         return given[0] if len(given) == 1 else tuple(given)
     return cpu_fallback(func, args, kwargs)
 
@@ -287,7 +305,7 @@ def _foreach(name: str, func: Any, args: tuple, kwargs: dict) -> Any:
         pos, kw = bind(args, kwargs, j)
         r = dispatch(element, pos, kw)
         if into:
-            assign(args[0][j], r)
+            _write_result(args[0][j], r)
         results.append(r)
     return None if inplace else results
 

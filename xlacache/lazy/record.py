@@ -66,6 +66,26 @@ def shape_of(t: LazyTensor | Cell) -> tuple[int, ...]:
     return tuple(t._meta.shape)
 
 
+# c10's names of the dtypes, as eager's messages spell them
+_C10_NAMES = {
+    torch.float64: "Double", torch.float32: "Float", torch.float16: "Half",
+    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
+    torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
+    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}  # fmt: skip
+
+
+def check_output_cast(result: torch.dtype, out: torch.dtype) -> None:
+    """Eager's check before an in-place or ``out=`` op writes its result into a tensor of
+    another dtype: only a cast ``torch.can_cast`` allows (``int.div_(2)`` raises, never
+    truncates)."""
+    if result is not out and not torch.can_cast(result, out):
+        raise RuntimeError(
+            f"result type {_C10_NAMES.get(result, result)} can't be cast to the desired output "
+            f"type {_C10_NAMES.get(out, out)}"
+        )
+
+
 def assign(t: LazyTensor, new: LazyTensor) -> None:
     """Make ``new``'s value the value of ``t`` (an in-place update), propagating through views."""
     if new.dtype != t.dtype:
@@ -412,6 +432,7 @@ def record(
                 r._gen += 1
                 c._rgen = r._gen
                 return into
+        check_output_cast(aval[1], into.dtype)
         first = metas if multi is None else metas[0]
         assign(into, LazyTensor(first, (node, 0)))
         return into

@@ -271,6 +271,14 @@ def _amp_update_scale_(args: tuple, kwargs: dict) -> LazyTensor:
     return scale
 
 
+@special(aten.ldexp.Tensor)
+def _ldexp(args: tuple, kwargs: dict) -> Any:
+    # eager's kernel: ``mul(self, pow(2.0, other))`` (torch's decomposition makes the 2.0 a
+    # float32 tensor for integer ``self``: ``ldexp(int8, float16 0-dim)`` would be float32)
+    a, b = args
+    return torch.mul(a, torch.pow(2.0, b))
+
+
 @special(aten.one_hot.default)
 def _one_hot(args: tuple, kwargs: dict) -> Any:
     """``one_hot`` below autograd (``torch.inference_mode``), as above it (``_device``)."""

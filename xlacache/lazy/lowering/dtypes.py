@@ -81,7 +81,7 @@ def cast(x: Any, dtype: Any) -> Any:
         return x
     if dtype == _E4M3FN and jnp.issubdtype(src, jnp.floating):
         return _to_e4m3fn(x)
-    if dtype.kind not in "iu" or src.kind not in "fc":
+    if dtype.kind not in "iu" or not jnp.issubdtype(src, jnp.inexact):  # bfloat16's kind is "V"
         return x.astype(dtype)
     if src.kind == "c":
         x = jnp.real(x)

@@ -174,6 +174,34 @@ def _no_negative_integer_power(base: torch.Tensor, exponent: Any) -> None:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
 
 
+def _is_bool(x: Any) -> bool:
+    return type(x) is bool or (isinstance(x, torch.Tensor) and x.dtype == torch.bool)
+
+
+@argument_check(aten.add.Tensor, aten.add.Scalar)
+def _alpha(a: Any, b: Any, alpha: Any = 1) -> None:
+    """Eager's ``alpha_check``, whose bool case the meta kernels lack."""
+    if type(alpha) is bool and not (_is_bool(a) and _is_bool(b)):
+        raise RuntimeError("Boolean alpha only supported for Boolean results.")
+
+
+@argument_check(aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Tensor, aten.rsub.Scalar)
+def _no_bool_subtraction(a: Any, b: Any, alpha: Any = 1) -> None:
+    """Eager's ``sub_check``: the meta kernels refuse two bool tensors, eager refuses one (a
+    Python ``True`` too)."""
+    if _is_bool(a) and _is_bool(b):
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with two bool tensors is not supported. "
+            "Use the `^` or `logical_xor()` operator instead."
+        )
+    if _is_bool(a) or _is_bool(b):
+        raise RuntimeError(
+            "Subtraction, the `-` operator, with a bool tensor is not supported. "
+            "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead."
+        )
+    _alpha(a, b, alpha)
+
+
 @reg(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow(a: Any, b: Any) -> Any:
     dt = result_dtype(a, b)
@@ -211,7 +239,8 @@ reg(aten.fmin.default, prims.fmin.default)(binary(jnp.fmin))
 reg(aten.atan2.default)(float_binary(jnp.arctan2))
 reg(aten.hypot.default, prims.hypot.default)(float_binary(jnp.hypot))
 reg(aten.copysign.Tensor, aten.copysign.Scalar)(float_binary(jnp.copysign))
-reg(aten.nextafter.default, prims.nextafter.default)(binary(jnp.nextafter))
+# the neighbour in the values' own dtype: never computed in float32
+reg_plain(aten.nextafter.default, prims.nextafter.default)(binary(jnp.nextafter))
 reg(aten.logaddexp.default)(float_binary(jnp.logaddexp))
 reg(aten.logaddexp2.default)(float_binary(jnp.logaddexp2))
 reg(aten.heaviside.default)(binary(lambda x, v: jnp.where(x == 0, v, (x > 0).astype(x.dtype))))

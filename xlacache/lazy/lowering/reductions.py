@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from .dtypes import cast
 from .registry import jdt, norm_dim, norm_dims, reg_opmath, scalar_as_vector, upcast
 
 aten = torch.ops.aten
@@ -20,7 +21,7 @@ reg = reg_opmath  # bfloat16/float16 math in float32, as eager
 def as_dtype(x: Any, dtype: Any) -> Any:
     """``x`` as eager reduces it given ``dtype=``: converted to ``dtype`` first, 16-bit floats
     then accumulating in float32 (the executor rounds the result once)."""
-    return x if dtype is None else upcast(x.astype(jdt(dtype)))
+    return x if dtype is None else upcast(cast(x, jdt(dtype)))
 
 
 @reg(aten.sum.default, aten.sum.dim_IntList)
