@@ -89,6 +89,19 @@ def test_kthvalue_counts_nan_as_the_largest(compiled):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_topk_counts_nan_as_the_largest_whatever_its_sign_bit(dtype, compiled):
+    """torch converts NaN to bfloat16 as 0xFFFF, a NaN with its sign bit set, which an order of
+    the bits puts below every number."""
+    x = torch.tensor([[1.0, float("nan"), 3.0, 2.0], [5.0, 4.0, float("nan"), float("nan")]])
+    x = x.to(dtype)
+    want = x.topk(2, 1)
+    got = _run(lambda t: t.topk(2, 1), compiled)(x.to(DEV))
+    torch.testing.assert_close(got.values.cpu(), want.values, equal_nan=True)
+    assert torch.equal(got.indices.cpu(), want.indices)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 def test_nan_to_num_gives_the_largest_value_of_the_inputs_dtype(dtype, compiled):
     """An infinity becomes the largest finite value of the input's own dtype (a bfloat16 or

@@ -156,7 +156,10 @@ def _topk(x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = Tr
     ax = norm_dim(dim, x.ndim)
     xm = jnp.moveaxis(x, ax, -1)
     if largest and jnp.issubdtype(x.dtype, jnp.floating):
-        v, i = lax.top_k(xm, k)  # NaN counts as the largest, as in eager
+        # NaN counts as the largest, as in eager, whatever its sign bit (top_k orders the bits:
+        # torch's bfloat16 NaN, 0xFFFF, would be the smallest)
+        _, i = lax.top_k(jnp.where(jnp.isnan(xm), jnp.nan, xm), k)
+        v = jnp.take_along_axis(xm, i, -1)
     else:  # smallest first, or a dtype whose negation would not reverse the order
         i = jnp.argsort(xm, axis=-1, stable=True, descending=largest)[..., :k]
         v = jnp.take_along_axis(xm, i, -1)
