@@ -250,9 +250,9 @@ def _out_variant(func: Any, args: tuple, kwargs: dict, outs: tuple[str, ...]) ->
         if signature == want:
             by_out = func.overloadpacket in _DTYPE_FROM_OUT and kw.get("dtype") is None
             options = {"dtype": given[0].dtype} if by_out else {}
-        elif [a for a in signature if a[0] not in _OPTIONS] != want or "dtype" not in dict(
-            signature
-        ):
+        elif (
+            "dtype" not in dict(signature) or [a for a in signature if a[0] not in _OPTIONS] != want
+        ):  # nor a factory overload, which takes the out= tensor's dtype and device
             continue
         res = dispatch(cand, args, {**kw, **options})
         results = [res] if len(given) == 1 else list(res)
