@@ -175,3 +175,23 @@ def test_integer_shifts_broadcast_and_an_integer_range_truncates_its_bounds():
     for bounds in [(-0.9, 2.1, 2.0), (0.0, -8.000001, -4.0), (1.1, 5.1, 2.0)]:
         want = torch.arange(*bounds, dtype=torch.int64)
         assert torch.equal(torch.arange(*bounds, dtype=torch.int64, device=DEV).cpu(), want)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_soft_margin_loss_rounds_each_step_and_its_gradient_does_not_cancel(dtype, compiled):
+    """Eager rounds each step of the loss to the input's dtype (a float16 margin of -30
+    overflows exp: inf); its gradient ``y * z / (1 + z)`` keeps 1e-6 and 2e-11 where torch's
+    decomposition, ``sigmoid(y * x) - 1``, gave 9.6e-7 and -0.0."""
+    x = torch.tensor([-8.4765625, -1.765625, -4.32421875, -2.400390625, -7.94921875])
+    y = torch.tensor([3.611328125, -8.0703125, -0.57373046875, 3.12890625, -3.033203125])
+    x, y = x.to(dtype), y.to(dtype)
+    want_x = x.clone().requires_grad_()
+    want = F.soft_margin_loss(want_x, y)
+    want.backward()
+    got_x = x.to(DEV).requires_grad_()
+    got = _run(F.soft_margin_loss, compiled)(got_x, y.to(DEV))
+    got.backward()
+    assert torch.isinf(want) == (dtype == torch.float16)
+    torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-6, atol=0)
+    torch.testing.assert_close(got_x.grad.cpu(), want_x.grad, rtol=1e-6, atol=0, equal_nan=True)
