@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import torch
 from jax import lax
 
+from . import accurate
 from .checks import ZERO_DIVISION, check, checked
 from .dtypes import floating, promote, result_dtype
 from .registry import (
@@ -405,7 +406,7 @@ _SAME = {  # result in the input's dtype
 }
 _FLOAT = {  # float math: integers are computed as the default float dtype
     "exp": jnp.exp,
-    "exp2": jnp.exp2,
+    "exp2": accurate.exp2,
     "log": jnp.log,
     "log2": jnp.log2,
     "log10": jnp.log10,
@@ -419,8 +420,8 @@ _FLOAT = {  # float math: integers are computed as the default float dtype
     "asin": jnp.arcsin,
     "acos": jnp.arccos,
     "atan": jnp.arctan,
-    "sinh": jnp.sinh,
-    "cosh": jnp.cosh,
+    "sinh": accurate.sinh,
+    "cosh": accurate.cosh,
     "tanh": jnp.tanh,
     "asinh": jnp.arcsinh,
     "acosh": jnp.arccosh,
