@@ -20,12 +20,13 @@ A new lowering goes in its family's module with ``@reg(aten.op.overload)``:
 ``linalg``          matrix products
 ``solvers``         Cholesky/LU/QR/SVD/eigh, solves, inverses, determinants
 ``nn``              softmax, layer/batch norm, losses
-``margins``         the margin losses (multi-class, multi-label) and their backward ops
+``margins``         the margin losses (multi-class, multi-label, soft) and their backward ops
 ``conv``            convolution and pooling
 ``resample``        interpolation and padding backward ops
 ``grid_sample``     ``F.grid_sample``: the 3-d sampler, both samplers' backward ops
 ``antialias``       antialiased bilinear/bicubic interpolation and its backward ops
 ``special_fns``     gamma/erf/Bessel/zeta families, orthogonal polynomials
+``accurate``        ``exp2``/``sinh``/``cosh`` where XLA's own expansions lose accuracy
 ``spectral``        complex numbers (``complex``, ``polar``, real/complex views), FFTs
 ``random``          random draws (``lower_random``; not in the table: one ``random`` node)
 ``library_ops``     ops libraries register (``transformers::``), adopted by name and schema
