@@ -144,3 +144,32 @@ def test_ldexp_of_integers_by_a_0_dim_float16_is_float16():
     got = torch.ldexp(INTS.to(torch.int8).to(DEV), e.to(DEV)).cpu()
     assert got.dtype == want.dtype == torch.float16
     assert torch.equal(got, want)
+
+
+RANGES = {
+    "arange int32, float step": lambda dt, dev: torch.arange(-500, 1500, 3.3, dtype=dt, device=dev),
+    "arange int32, step under 1": lambda dt, dev: torch.arange(0.5, 7.3, 0.7, dtype=dt, device=dev),
+    "linspace from a negative": lambda dt, dev: torch.linspace(-3, 7, 11, dtype=dt, device=dev),
+    "linspace of fractions": lambda dt, dev: torch.linspace(0.1, 2.9, 7, dtype=dt, device=dev),
+    "logspace from a negative": lambda dt, dev: torch.logspace(-2, 2, 9, dtype=dt, device=dev),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32])
+@pytest.mark.parametrize("case", list(RANGES))
+def test_integer_ranges_are_eagers(case, dtype):
+    """Eager converts a range's bounds to the integer dtype first (-3 is 253 in uint8, 0.1 is
+    0) and counts a narrow integer range by the given bounds (607 values of int32 from -500
+    by 3.3, each 3 apart)."""
+    want = RANGES[case](dtype, "cpu")
+    got = RANGES[case](dtype, DEV).cpu()
+    assert got.dtype == want.dtype
+    assert torch.equal(got, want)
+
+
+def test_a_range_bound_past_the_dtype_raises_eagers_error():
+    for fn in (torch.linspace, torch.logspace):
+        with pytest.raises(RuntimeError, match="cannot be converted to type int8_t"):
+            fn(-1000, 1000, 5, dtype=torch.int8)
+        with pytest.raises(RuntimeError, match="cannot be converted to type int8_t"):
+            fn(-1000, 1000, 5, dtype=torch.int8, device=DEV)

@@ -41,6 +41,8 @@ SCALAR_CONVERSIONS: dict[Any, dict[str, str]] = {
     aten.addcdiv.default: {"value": OPMATH},
     aten.lerp.Scalar: {"weight": OPMATH},
     aten.scalar_tensor.default: {"s": WIDE_ONLY},
+    aten.linspace.default: {"start": EXACT, "end": EXACT},
+    aten.logspace.default: {"start": EXACT, "end": EXACT},
 }
 
 _HALVES = (torch.float16, torch.bfloat16)
