@@ -50,8 +50,10 @@ reg(torch.ops.prims.convert_element_type.default)(lambda x, dtype: cast(x, jdt(d
 
 
 def _narrow_integers(dtype: Any) -> bool:
-    return dtype is not None and dtype not in (torch.int64, torch.bool) and not (
-        dtype.is_floating_point or dtype.is_complex
+    return (
+        dtype is not None
+        and dtype not in (torch.int64, torch.bool)
+        and not (dtype.is_floating_point or dtype.is_complex)
     )
 
 
