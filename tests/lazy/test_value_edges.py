@@ -211,3 +211,13 @@ def test_sinh_cosh_and_exp2_stay_accurate_for_large_arguments(op, compiled):
     assert torch.isfinite(got).all()
     ulp = torch.finfo(torch.float32).eps * want.abs()
     assert ((got.double() - want).abs() <= 3 * ulp).all()
+
+
+@pytest.mark.parametrize("op", ["sinh", "cosh", "exp2"])
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.complex128])
+def test_sinh_cosh_and_exp2_of_complex_values_are_complex_functions(op, dtype):
+    x = torch.tensor([0.5 - 2j, -3 + 1j, 40 + 40j, 2 + 0j], dtype=dtype)
+    want = getattr(torch, op)(x)
+    got = getattr(torch, op)(x.to(DEV)).cpu()
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=0)

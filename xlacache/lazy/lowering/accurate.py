@@ -19,7 +19,12 @@ import jax.numpy as jnp
 _EXP2_LIMIT = 1100.0
 
 
-def exp2(x: Any) -> Any:
+def _real_only(exact: Any, xla: Any) -> Any:
+    """``exact`` for real floats; complex values keep XLA's (complex) function."""
+    return lambda x: xla(x) if jnp.iscomplexobj(x) else exact(x)
+
+
+def _exp2(x: Any) -> Any:
     xc = jnp.clip(x, -_EXP2_LIMIT, _EXP2_LIMIT)
     n = jnp.floor(xc)
     scaled = jnp.ldexp(jnp.exp((xc - n) * jnp.log(jnp.asarray(2, x.dtype))), n.astype(jnp.int32))
@@ -40,7 +45,7 @@ def _halves(x: Any) -> tuple[Any, Any]:
     return big, 0.25 / big
 
 
-def cosh(x: Any) -> Any:
+def _cosh(x: Any) -> Any:
     big, small = _halves(x)
     return big + small
 
@@ -50,7 +55,7 @@ def cosh(x: Any) -> Any:
 _SINH_SERIES = tuple(1.0 / math.factorial(k) for k in range(21, 2, -2))
 
 
-def sinh(x: Any) -> Any:
+def _sinh(x: Any) -> Any:
     x2 = x * x
     series = jnp.zeros_like(x)
     for c in _SINH_SERIES:
@@ -58,3 +63,8 @@ def sinh(x: Any) -> Any:
     near = x + x * x2 * series
     big, small = _halves(x)
     return jnp.where(jnp.abs(x) < 1, near, jnp.sign(x) * (big - small))
+
+
+exp2 = _real_only(_exp2, jnp.exp2)
+sinh = _real_only(_sinh, jnp.sinh)
+cosh = _real_only(_cosh, jnp.cosh)
