@@ -102,3 +102,18 @@ def test_a_sparse_result_of_the_cpu_fallback_is_a_clear_error():
         loss.backward()
     with pytest.raises(RuntimeError, match="sparse_coo tensor cannot be put on the device"):
         torch.eye(3).to_sparse().to(DEV)
+
+
+@pytest.mark.filterwarnings("ignore:xlacache.lazy")
+def test_an_eager_kernel_on_the_fallback_reads_its_own_conjugate_views():
+    """Inside ``__torch_dispatch__`` the dispatcher skips the Conjugate key; an eager kernel
+    that conjugates through a view (complex ``lstsq``'s residuals) must still see it, as in
+    eager: they came out unconjugated, negative."""
+    torch.manual_seed(0)
+    a = torch.randn(4, 3, dtype=torch.complex64)
+    b = torch.randn(4, 3, dtype=torch.complex64)
+    want = torch.linalg.lstsq(a, b, driver="gels")
+    got = torch.linalg.lstsq(a.to(DEV), b.to(DEV), driver="gels")
+    assert torch.equal(got.solution.cpu(), want.solution)
+    assert torch.equal(got.residuals.cpu(), want.residuals)
+    assert (got.residuals.cpu() > 0).all()

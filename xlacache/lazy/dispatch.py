@@ -41,6 +41,7 @@ from .other_device import elsewhere, is_like_op, run_elsewhere
 from .record import assign, check_output_cast, record, track_view
 from .state import STATE
 from .tensor import LazyTensor
+from .torch_internals import view_bits_resolved
 from .transfer import to_device
 
 aten = torch.ops.aten
@@ -420,7 +421,8 @@ def cpu_fallback(func: Any, args: tuple, kwargs: dict, warn: bool = True) -> Any
             cargs[i] = _resizable(cargs[i])
         elif name in ckw:
             ckw[name] = _resizable(ckw[name])
-    res = func(*cargs, **ckw)
+    with view_bits_resolved():
+        res = func(*cargs, **ckw)
     for i, name in written:  # write mutated inputs back
         orig, new = (args[i], cargs[i]) if i < len(args) else (kwargs.get(name), ckw.get(name))
         if isinstance(orig, (list, tuple)):  # Tensor(a!)[]: each element written back

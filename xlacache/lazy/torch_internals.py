@@ -94,6 +94,14 @@ INTERNALS = (
     Internal("torch._ops.OpOverload.redispatch", "_device: as_strided_ on the XLA key"),
     Internal("torch._C._dispatch_tls_local_exclude_set", "autocast: the AutocastXLA key"),
     Internal("torch._C._ExcludeDispatchKeyGuard", "autocast: an op below AutocastXLA"),
+    Internal(
+        "torch._C._dispatch_tls_is_dispatch_key_excluded", "dispatch: eager kernels' conj views"
+    ),
+    Internal(
+        "torch._C._dispatch_tls_set_dispatch_key_excluded", "dispatch: eager kernels' conj views"
+    ),
+    Internal("torch._C.DispatchKey.Conjugate", "dispatch: eager kernels' conj views"),
+    Internal("torch._C.DispatchKey.Negative", "dispatch: eager kernels' negative views"),
     Internal("torch._C._dynamo.eval_frame.set_eval_frame", "tensor: Dynamo off in dispatch"),
     Internal("torch._C.DispatchKeySet", "tensor: meta kernels"),
     Internal("torch._C.DispatchKey.Meta", "tensor: meta kernels"),
@@ -402,6 +410,22 @@ def without_aot_alias_analysis() -> contextlib.AbstractContextManager:
     if type(mode).__name__ != "_AnalyzeCustomOpInputOutputMode":
         return contextlib.nullcontext()
     return _pop_mode_temporarily()
+
+
+@contextlib.contextmanager
+def view_bits_resolved() -> Any:
+    """Eager's kernels run as outside ``__torch_dispatch__``, where the dispatcher excludes
+    the Conjugate and Negative keys: a CPU kernel's own ``conj()`` view would otherwise be
+    read unconjugated (complex ``linalg.lstsq`` residuals came out negative)."""
+    keys = (torch._C.DispatchKey.Conjugate, torch._C.DispatchKey.Negative)
+    excluded = [torch._C._dispatch_tls_is_dispatch_key_excluded(k) for k in keys]
+    for k in keys:
+        torch._C._dispatch_tls_set_dispatch_key_excluded(k, False)
+    try:
+        yield
+    finally:
+        for k, was in zip(keys, excluded, strict=True):
+            torch._C._dispatch_tls_set_dispatch_key_excluded(k, was)
 
 
 def dynamo_handles() -> tuple[type[BaseException], ...]:
