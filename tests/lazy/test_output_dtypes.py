@@ -1,7 +1,8 @@
 """Results written into a tensor of another dtype, as eager writes them: an in-place or
 ``out=`` op refuses a result it cannot cast safely (``int.div_(2)`` raises, never truncates),
 a reduction given ``out=`` computes in the out tensor's dtype, an ``out=`` op runs the overload
-of its own argument types; and conversions and ops whose meaning is the dtype's own."""
+of its own argument types; conversions and ops whose meaning is the dtype's own; and eager's
+dtype checks that torch's meta kernels lack (bool subtraction, the variance of integers)."""
 
 from __future__ import annotations
 
@@ -173,3 +174,21 @@ def test_a_range_bound_past_the_dtype_raises_eagers_error():
             fn(-1000, 1000, 5, dtype=torch.int8)
         with pytest.raises(RuntimeError, match="cannot be converted to type int8_t"):
             fn(-1000, 1000, 5, dtype=torch.int8, device=DEV)
+
+
+STATISTICS = {
+    "var": lambda t: t.var(),
+    "std": lambda t: t.std(0),
+    "var_mean": lambda t: torch.var_mean(t),
+    "std_mean": lambda t: torch.std_mean(t, 0),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool])
+@pytest.mark.parametrize("case", list(STATISTICS))
+def test_variance_of_integers_raises_as_in_eager(case, dtype):
+    x = torch.arange(4).to(dtype)
+    with pytest.raises(RuntimeError, match="only support floating point") as want:
+        STATISTICS[case](x)
+    with pytest.raises(RuntimeError, match=str(want.value)):
+        STATISTICS[case](x.to(DEV))

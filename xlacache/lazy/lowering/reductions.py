@@ -12,7 +12,15 @@ import torch
 from jax import lax
 
 from .dtypes import cast
-from .registry import jdt, norm_dim, norm_dims, reg_opmath, scalar_as_vector, upcast
+from .registry import (
+    argument_check,
+    jdt,
+    norm_dim,
+    norm_dims,
+    reg_opmath,
+    scalar_as_vector,
+    upcast,
+)
 
 aten = torch.ops.aten
 reg = reg_opmath  # bfloat16/float16 math in float32, as eager
@@ -74,6 +82,20 @@ reg(aten.all.default, aten.all.dim, aten.all.dims)(
 )
 reg(aten._is_any_true.default)(jnp.any)  # anomaly mode's NaN check, torch.isin
 reg(aten._is_all_true.default)(jnp.all)
+
+
+def _floating_only(name: str) -> Any:
+    def check(x: Any, *args: Any, **kwargs: Any) -> None:
+        if not (x.dtype.is_floating_point or x.dtype.is_complex):
+            raise RuntimeError(f"{name} only support floating point and complex dtypes")
+
+    return check
+
+
+# eager's checks, which the meta kernels lack (the lowering would compute in float)
+argument_check(aten.var.correction, aten.std.correction)(_floating_only("std and var"))
+argument_check(aten.var_mean.correction)(_floating_only("var_mean"))
+argument_check(aten.std_mean.correction)(_floating_only("std_mean"))
 
 
 @reg(aten.var.correction)
