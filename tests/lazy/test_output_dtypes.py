@@ -192,3 +192,30 @@ def test_variance_of_integers_raises_as_in_eager(case, dtype):
         STATISTICS[case](x)
     with pytest.raises(RuntimeError, match=str(want.value)):
         STATISTICS[case](x.to(DEV))
+
+
+@pytest.fixture
+def default_float64():
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(torch.float32)
+
+
+@pytest.mark.usefixtures("default_float64")
+def test_a_changed_default_dtype_gives_factories_and_integer_math_its_dtype():
+    """The default dtype is part of what shape inference remembers: ops recorded before the
+    change (float32) must not lend their dtype to the same ops after it."""
+    torch.set_default_dtype(torch.float32)
+    i = torch.arange(3).to(DEV)
+    assert torch.zeros(2, device=DEV).dtype == (i / 2).dtype == torch.float32
+    torch.set_default_dtype(torch.float64)
+    for fn in (
+        lambda dev: torch.zeros(2, device=dev),
+        lambda dev: torch.arange(3, device=dev) / 2,
+        lambda dev: torch.linspace(0.1, 2.9, 7, device=dev),
+        lambda dev: torch.logspace(0.1, 2.3, 5, device=dev),
+    ):
+        want = fn("cpu")
+        got = fn(DEV).cpu()
+        assert got.dtype == want.dtype == torch.float64
+        assert torch.equal(got, want)

@@ -2,7 +2,7 @@
 
 torch's meta kernels are Python and cost ~100-400 us an op; a training loop repeats the same
 ops, so ``record`` looks results up in ``META_CACHE`` by (op, exact attribute encoding, input
-shapes and dtypes, eager's layouts) and runs ``infer`` on a miss.
+shapes and dtypes, eager's layouts, torch's default dtype) and runs ``infer`` on a miss.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .tensor import contiguous_meta
 # Values: (op, output metas (contiguous; a tuple for multi-output ops, else one), avals,
 # node-digest prefix, the multi-output container type or None, eager's layouts, whether the op
 # is wide)
-META_CACHE: dict[tuple[int, str, tuple, tuple], tuple] = STATE.meta_cache
+META_CACHE: dict[tuple[int, str, tuple, tuple, Any], tuple] = STATE.meta_cache
 _META_CACHE_MAX = 200_000
 # scalar graph inputs are float32: an op on these dtypes gets its Python floats as constants
 WIDE_DTYPES = frozenset((torch.float64, torch.complex128))

@@ -40,6 +40,7 @@ from .tensor import Cell, LazyTensor, new_lazy, tracing_nested
 from .transfer import to_device
 
 aten = torch.ops.aten
+_default_dtype = torch.get_default_dtype
 
 # --------------------------------------------------------------------------- values and views
 
@@ -394,7 +395,8 @@ def record(
     attrs = (tuple(targs), kw)
     # exact and typed: 2 and 2.0, -1 and -2, 0.0 and -0.0 differ
     akey = "((" + ",".join(codes) + ")," + kcode + ")"
-    ck = (id(func), akey, tuple([n.avals[k] for n, k in inputs]), tuple(lays))
+    # torch's default dtype decides the dtype of factories and of integer math (``i / 2``)
+    ck = (id(func), akey, tuple([n.avals[k] for n, k in inputs]), tuple(lays), _default_dtype())
     hit = _META_CACHE.get(ck)
     if hit is None or hit[0] is not func:
         if hit is not _COPY_FIRST:

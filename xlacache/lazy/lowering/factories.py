@@ -104,7 +104,7 @@ def _linspace(start: Any, end: Any, steps: int, dtype: Any = None, **kw: Any) ->
     """Eager's kernel: the bounds converted to ``dtype`` first; the first half steps up from
     ``start``, the second half down from ``end``, in ``dtype``'s arithmetic (float64 for
     integers, then truncated): ``linspace(0.1, 2.9, 7, dtype=int)`` is 0 0 0 1 1 1 2."""
-    dt = jdt(dtype) or jnp.float32
+    dt = jdt(dtype or torch.get_default_dtype())
     if jnp.issubdtype(dt, jnp.complexfloating) or steps < 2:
         return jnp.asarray(np.linspace(start, end, steps), dt)
     lo, hi = _as_dtype(start, dt), _as_dtype(end, dt)
@@ -130,7 +130,7 @@ def _logspace(
     """Eager's kernel: the bounds converted to ``dtype`` first; the first half of the exponents
     steps up from ``start``, the second half down from ``end`` (in float64, by an index of
     ``dtype``); ``base ** exponent`` converted to ``dtype``."""
-    dt = jdt(dtype) or jnp.float32
+    dt = jdt(dtype or torch.get_default_dtype())
     if jnp.issubdtype(dt, jnp.complexfloating):
         return jnp.asarray(np.logspace(start, end, steps, base=base), dt)
     lo, hi = _as_dtype(start, dt), _as_dtype(end, dt)
