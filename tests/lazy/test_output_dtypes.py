@@ -195,13 +195,12 @@ def test_variance_of_integers_raises_as_in_eager(case, dtype):
 
 
 @pytest.fixture
-def default_float64():
-    torch.set_default_dtype(torch.float64)
+def restores_the_default_dtype():
     yield
     torch.set_default_dtype(torch.float32)
 
 
-@pytest.mark.usefixtures("default_float64")
+@pytest.mark.usefixtures("restores_the_default_dtype")
 def test_a_changed_default_dtype_gives_factories_and_integer_math_its_dtype():
     """The default dtype is part of what shape inference remembers: ops recorded before the
     change (float32) must not lend their dtype to the same ops after it."""

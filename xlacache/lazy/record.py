@@ -67,8 +67,8 @@ def shape_of(t: LazyTensor | Cell) -> tuple[int, ...]:
     return tuple(t._meta.shape)
 
 
-# c10's names of the dtypes, as eager's messages spell them
-_C10_NAMES = {
+# c10's ScalarType names, as eager's cast errors spell them
+_SCALAR_TYPE_NAMES = {
     torch.float64: "Double", torch.float32: "Float", torch.float16: "Half",
     torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
     torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
@@ -81,9 +81,9 @@ def check_output_cast(result: torch.dtype, out: torch.dtype) -> None:
     another dtype: only a cast ``torch.can_cast`` allows (``int.div_(2)`` raises, never
     truncates)."""
     if result is not out and not torch.can_cast(result, out):
+        names = [_SCALAR_TYPE_NAMES.get(d, d) for d in (result, out)]
         raise RuntimeError(
-            f"result type {_C10_NAMES.get(result, result)} can't be cast to the desired output "
-            f"type {_C10_NAMES.get(out, out)}"
+            f"result type {names[0]} can't be cast to the desired output type {names[1]}"
         )
 
 

@@ -150,7 +150,8 @@ def _soft_margin_loss(x: Any, y: Any, reduction: int = 1) -> Any:
     # eager's kernel, ``neg_out(out, x).mul_(y).exp_().log1p_()``, rounds each step to x's
     # dtype: a float16 loss whose exp overflows is inf there, as here
     r, f = _rounded(x.dtype), upcast
-    loss = r(jnp.log1p(f(r(jnp.exp(f(r(f(-x) * f(y))))))))
+    margin = r(f(-x) * f(y))
+    loss = r(jnp.log1p(f(r(jnp.exp(f(margin))))))
     if reduction == 0:
         return loss
     total = jnp.sum(f(loss))
@@ -165,5 +166,7 @@ def _soft_margin_loss_backward(g: Any, x: Any, y: Any, reduction: int = 1) -> An
     r, f = _rounded(x.dtype), upcast
     norm = 1.0 / x.size if reduction == 1 else 1.0
     z = r(jnp.exp(f(r(f(-y) * f(x)))))
-    grad = r(f(r(f(y) * f(z))) * jnp.asarray(-norm, f(z).dtype))
-    return f(r(f(grad) / f(r(f(z) + 1)))) * f(g)
+    grad = r(f(y) * f(z))
+    grad = r(f(grad) * jnp.asarray(-norm, f(grad).dtype))
+    grad = r(f(grad) / f(r(f(z) + 1)))
+    return f(grad) * f(g)
