@@ -255,6 +255,48 @@ def test_pickled_device_parameters_come_back_parameters(tmp_path):
     back.float().cpu()  # a whole pickled model moves as eager's does
 
 
+@pytest.mark.parametrize("where", [dev, "xla", "xla:0", {"cpu": "xla:0"}], ids=str)
+def test_torch_load_of_a_cpu_checkpoint_onto_the_device(tmp_path, where):
+    """``torch.load(f, map_location=<xla>)``: every tensor on the device with its values, views
+    and dtypes, Parameters and ``requires_grad`` kept, ``weights_only`` (the default) and
+    ``mmap`` as torch allows them; nothing of the load is kept afterwards."""
+    from xlacache.lazy import storage_restore
+
+    base = torch.arange(10.0)
+    saved = {
+        "sd": torch.nn.Linear(3, 2).state_dict(),
+        "views": [base[2:7], base.view(2, 5).t()],  # one storage, two views of it
+        "half": torch.tensor([1.5, -2.25], dtype=torch.bfloat16),
+        "complex": torch.tensor([1 + 2j]),
+        "leaf": torch.ones(2, requires_grad=True),
+        "step": 7,
+    }
+    torch.save(saved, tmp_path / "ckpt.pt")
+    for mmap in (False, True):
+        back = torch.load(tmp_path / "ckpt.pt", map_location=where, mmap=mmap)
+        assert back["step"] == 7
+        pairs = [*zip(back["sd"].values(), saved["sd"].values(), strict=True)]
+        pairs += [*zip(back["views"], saved["views"], strict=True)]
+        pairs += [(back[k], saved[k]) for k in ("half", "complex", "leaf")]
+        for got, want in pairs:
+            assert got.device == dev and got.dtype == want.dtype
+            assert torch.equal(got.detach().cpu(), want.detach())
+        assert back["leaf"].requires_grad and back["leaf"].is_leaf
+    assert not storage_restore._HOST  # the host copies went with the load
+
+    model = torch.nn.Linear(3, 2)
+    torch.save(model, tmp_path / "model.pt")
+    moved = torch.load(tmp_path / "model.pt", map_location="xla", weights_only=False)
+    assert isinstance(moved.weight, torch.nn.Parameter) and moved.weight.device == dev
+    assert torch.equal(moved.weight.detach().cpu(), model.weight.detach())
+
+
+def test_set_of_an_xla_tensor_to_a_storage_torch_load_did_not_restore_is_refused():
+    t = torch.empty(0, device=dev)
+    with pytest.raises(RuntimeError, match=r"set_\(storage\).*torch.load restores.*on cpu"):
+        t.set_(torch.UntypedStorage(8), 0, (2,), (1,))
+
+
 def test_distributed_checkpoint_of_a_device_model_and_optimizer(tmp_path):
     """torch.distributed.checkpoint's single-process save and load, then load_state_dict,
     as its tutorial does: the loaded values are the saved ones."""

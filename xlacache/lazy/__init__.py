@@ -45,6 +45,7 @@ from . import random_ops as _random_ops  # noqa: E402, F401 - registers its hand
 from . import rng as _rng  # noqa: E402
 from . import serialization as _serialization  # noqa: E402
 from . import special as _special  # noqa: E402, F401 - registers its handlers
+from . import storage_restore as _storage_restore  # noqa: E402
 from . import tensor as _tensor  # noqa: E402
 from . import trim as _trim  # noqa: E402
 from . import views as _views  # noqa: E402, F401 - registers its handlers
@@ -223,6 +224,7 @@ def install() -> None:
             _install_dynamo_rules,
             _control_flow.install,
             _backward_on_this_thread,
+            _storage_restore.install,
         ]
     )
 

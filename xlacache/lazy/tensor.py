@@ -423,8 +423,12 @@ def storage_of(c: Cell) -> torch.UntypedStorage:
     root = c._root if c._root is not None else c
     st = _STORAGES.get(root)
     if st is None:
-        nbytes = root._meta.numel() * root._meta.element_size()
-        addr = STATE.fake_address  # non-canonical on x86-64 and arm64: any access faults
-        STATE.fake_address += (nbytes + 127) // 64 * 64  # never two live storages overlap
-        st = _STORAGES[root] = torch._C._construct_storage_from_data_pointer(addr, DEVICE, nbytes)
+        st = _STORAGES[root] = fake_storage(root._meta.numel() * root._meta.element_size())
     return st
+
+
+def fake_storage(nbytes: int, device: torch.device = DEVICE) -> torch.UntypedStorage:
+    """A data-less storage of ``nbytes`` on ``device`` at a unique fake address."""
+    addr = STATE.fake_address  # non-canonical on x86-64 and arm64: any access faults
+    STATE.fake_address += (nbytes + 127) // 64 * 64  # never two live storages overlap
+    return torch._C._construct_storage_from_data_pointer(addr, device, nbytes)

@@ -106,6 +106,7 @@ INTERNALS = (
     Internal("torch._C.DispatchKeySet", "tensor: meta kernels"),
     Internal("torch._C.DispatchKey.Meta", "tensor: meta kernels"),
     Internal("torch._C._construct_storage_from_data_pointer", "tensor: data-less storages"),
+    Internal("torch.serialization._package_registry", "storage_restore: its deserializer"),
     Internal("torch._utils._rebuild_device_tensor_from_cpu_tensor", "tensor: pickling"),
     Internal("torch._utils._rebuild_parameter", "tensor: pickling a Parameter"),
     Internal("torch._C.TensorBase.data", "tensor: the .data setter"),
@@ -394,6 +395,18 @@ def register_seed_module(module: Any) -> Callable[[], None] | None:
             sys.modules.pop(f"torch.{name}", None)
 
     return undo
+
+
+def package_registry() -> list[tuple[int, Callable[..., Any], Callable[..., Any]]]:
+    """``torch.serialization``'s deserializers: ``(priority, tagger, deserializer)``."""
+    return torch.serialization._package_registry
+
+
+def unregister_package(deserializer: Callable[..., Any]) -> None:
+    """Take out what ``torch.serialization.register_package`` added (torch has no public way
+    to)."""
+    registry = package_registry()
+    registry[:] = [entry for entry in registry if entry[2] is not deserializer]
 
 
 # -- Dynamo ------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@
 * ``resize_`` to at most the current number of elements is a view of the first ones (as
   eager); a growing resize gives the tensor a new storage (zeros past the old elements) that
   views taken before no longer alias.
-* ``set_(source)`` makes the tensor an alias of ``source``.
+* ``set_(source)`` makes the tensor an alias of ``source``; ``set_(storage, offset, size,
+  stride)`` takes only a storage ``torch.load`` restores onto the device
+  (``storage_restore.py``): the tensor becomes a device copy of the view it names.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import torch
 
 from .dispatch import special
 from .record import record
+from .storage_restore import host_storage
 from .tensor import LazyTensor, set_shape
+from .transfer import to_device
 
 aten = torch.ops.aten
 
@@ -114,6 +118,19 @@ def _set_(args: tuple, kwargs: dict) -> LazyTensor:
         raise RuntimeError(f"xlacache.lazy: set_ from {src.dtype} into {dst.dtype}")
     alias = aten.alias.default(src)
     return _adopt(dst, alias)
+
+
+@special(aten.set_.source_Storage_storage_offset)
+def _set_storage(args: tuple, kwargs: dict) -> LazyTensor:
+    t, storage, offset, size, stride = args
+    host = host_storage(storage)
+    if host is None:
+        raise RuntimeError(
+            "xlacache.lazy: set_(storage) of an xla tensor takes only the storages torch.load "
+            f"restores onto the device (this one is on {storage.device}); use set_(tensor)"
+        )
+    view = torch.empty((0,), dtype=t.dtype).set_(host, offset, size, stride)
+    return _adopt(t, to_device(view))
 
 
 def _copy_of_view(view: Any) -> Any:
