@@ -454,6 +454,75 @@ def test_dynamos_fma_runs_as_a_graph_op_on_the_lazy_device():
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"fallbacks": 0, "equal": True}
 
 
+def test_addcmul_and_addcdiv_in_place_compile_to_eagers_numbers():
+    """Dynamo writes ``t.addcmul_(a, b, value=v)`` as ``t.copy_(fma(a * b, v, t))``: on an
+    integer ``t`` eager converts ``v`` to an integer (``value=0.5`` adds nothing) where the fma
+    adds ``0.5 * a * b`` and truncates. The backend gives the in-place op back to AOTAutograd."""
+
+    def update(t: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+        t.addcmul_(a, b, value=0.5)
+        t.addcmul_(a, b, value=2.7)
+        t[:, ::2].addcmul_(a[:, ::2], a[:, ::2], value=-1.5)
+
+    ints = torch.arange(-6, 6).reshape(3, 4)
+    want = ints.clone()
+    update(want, ints, ints + 1)
+    got = ints.to(DEV)
+    fallbacks = _count("CompiledGraphFallback")
+    torch.compile(update, backend="xlacache")(got, got.clone(), (ints + 1).to(DEV))
+    assert torch.equal(got.cpu(), want)
+    # compiled: not torch's decomposition of addcmul_, which refuses a float value for ints
+    assert _count("CompiledGraphFallback") == fallbacks
+
+    g = torch.Generator().manual_seed(0)
+    floats = [torch.randn(256, generator=g) for _ in range(3)]
+    for step in (
+        lambda t, a, b: t.addcmul_(a, b, value=0.3),
+        lambda t, a, b: t.addcdiv_(a, b, value=-0.7),
+    ):
+        lazy = [f.to(DEV) for f in floats]
+        step(*lazy)
+        compiled = [f.to(DEV) for f in floats]
+        torch.compile(step, backend="xlacache")(*compiled)
+        assert torch.equal(compiled[0].cpu(), lazy[0].cpu())  # the lowering of addcmul/addcdiv
+
+
+@pytest.mark.parametrize(
+    "view",
+    [lambda x: x.unfold(1, 2, 2)[..., 0], lambda x: x[:, :1].expand(4, 3)[1:2]],
+    ids=["unfold", "expand"],
+)
+def test_a_write_through_an_unfold_or_expand_view_is_never_a_wrong_number(view):
+    """AOTAutograd (Inductor too) writes such a view back into zeros or sums its repeats:
+    the graph runs lazily instead, which refuses the write clearly."""
+
+    def fn(x: torch.Tensor) -> None:
+        view(x).fill_(7)
+
+    x = torch.arange(20.0).reshape(4, 5).to(DEV)
+    with (
+        pytest.warns(UserWarning, match="runs lazily: an in-place fill_ through a view made by"),
+        pytest.raises(NotImplementedError, match="in-place write through a view made by"),
+    ):
+        torch.compile(fn, backend="xlacache")(x)
+    assert torch.equal(x.cpu(), torch.arange(20.0).reshape(4, 5))  # nothing written
+
+
+def test_a_graph_returning_an_input_it_updated_compiles():
+    def fn(x: torch.Tensor, y: torch.Tensor) -> tuple:
+        z = x.mul_(2)
+        y.add_(1)
+        return z, y
+
+    x, y = torch.arange(4.0).to(DEV), torch.ones(3).to(DEV)
+    before = {n: _count(n) for n in ("CompiledGraphExecute", "CompiledGraphFallback")}
+    z, y2 = torch.compile(fn, backend="xlacache")(x, y)
+    assert _count("CompiledGraphExecute") == before["CompiledGraphExecute"] + 1
+    assert _count("CompiledGraphFallback") == before["CompiledGraphFallback"]
+    assert z is x and y2 is y  # as in eager: the updated inputs themselves
+    assert x.cpu().tolist() == [0.0, 2.0, 4.0, 6.0] and y.cpu().tolist() == [2.0] * 3
+
+
 @pytest.mark.fallback
 def test_torchs_caching_precompile_runs_the_graph_lazily_and_saves_nothing_to_reload(
     tmp_path, monkeypatch

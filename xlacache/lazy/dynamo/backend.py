@@ -31,6 +31,7 @@ from ..lowering import LOWERINGS, library_ops
 from ..state import STATE
 from ..tensor import LazyTensor
 from . import aot_cache, lower
+from .before_aot import restore_inplace_ops, wrong_in_aot
 from .draws import RANDOM
 from .program import CompiledGraph, LazyGraph, note_fallback
 
@@ -171,26 +172,6 @@ PRECOMPILE_REFUSED = (
 )
 
 
-# calls that AOTAutograd decomposes with torch's Python kernel whatever the decomposition
-# table says, where that kernel's numbers are not eager's (torch 2.13: multilabel_margin_loss
-# counts the positions after a target's -1 as class 0); a graph calling one runs lazily,
-# where the runtime's own lowering gives eager's numbers
-_WRONG_IN_AOT = (
-    torch.nn.functional.multilabel_margin_loss,
-    torch._C._nn.multilabel_margin_loss,
-    aten.multilabel_margin_loss.default,
-    aten.multilabel_margin_loss_forward.default,
-)
-
-
-def _wrong_in_aot(gm: GraphModule) -> str | None:
-    for target in _WRONG_IN_AOT:
-        if gm.graph.find_nodes(op="call_function", target=target):
-            name = getattr(target, "__name__", str(target))
-            return f"{name}: torch's decomposition in AOTAutograd is not eager's"
-    return None
-
-
 def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> Any:
     """``torch.compile(model, backend="xlacache")``."""
     torch_internals.dynamo_skips_runtime()  # here, not at import: nothing in torch changes then
@@ -200,7 +181,8 @@ def xlacache_backend(gm: GraphModule, example_inputs: list, **kwargs: Any) -> An
     if torch._dynamo.config.caching_precompile:
         note_fallback(PRECOMPILE_REFUSED, warn=True)
         return gm.forward  # no backend entry, so torch saves no package for this frame
-    wrong = _wrong_in_aot(gm)
+    restore_inplace_ops(gm)  # Dynamo's fma for addcmul_/addcdiv_ is not eager's numbers
+    wrong = wrong_in_aot(gm)
     if wrong is not None:
         note_fallback(wrong, warn=True)
         return gm.forward

@@ -219,8 +219,8 @@ def _unlowerable(gm: GraphModule, nodes: list[Node], ints: set[Node]) -> str | N
                 if not draws.host_drawable(n, ints):
                     return f"{t}: a size not an input, a generator, or a dtype numpy lacks"
                 continue
-            if t is _MUTATION:
-                if n.args[0].op != "placeholder" or n.users:
+            if t is _MUTATION:  # returned or not: ``return x.add_(1)`` returns the input
+                if n.args[0].op != "placeholder" or any(u.op != "output" for u in n.users):
                     return "an in-place update of a value that is not an input"
                 continue
             if _lowering(t) is None:
@@ -270,6 +270,8 @@ def _results(p: Plan, nodes: list[Node]) -> str | None:
             p.outputs.append(("rng", sites[saves]))
         elif r.op == "placeholder":
             p.outputs.append(("in", index[r]))
+        elif r.op == "call_function" and r.target is _MUTATION:  # the input, updated
+            p.outputs.append(("in", index[r.args[0]]))
         elif isinstance(r.meta.get("val"), (int, torch.SymInt)):  # a size the backward needs
             p.outputs.append(("size", len(p.size_results)))
             p.size_results.append(r.meta["val"])
