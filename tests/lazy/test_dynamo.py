@@ -508,6 +508,27 @@ def test_a_write_through_an_unfold_or_expand_view_is_never_a_wrong_number(view):
     assert torch.equal(x.cpu(), torch.arange(20.0).reshape(4, 5))  # nothing written
 
 
+def test_outputs_viewing_an_input_stay_exact_when_sizes_become_dynamic():
+    """After a recompile with symbolic sizes AOTAutograd rebuilds an input's view from the
+    output's own layout: the output is the view of the input itself, as in eager."""
+
+    def fn(x: torch.Tensor, n: int) -> tuple:
+        return x[:, n:], x.narrow(0, n, 2), x * n
+
+    compiled = torch.compile(fn, backend="xlacache")  # automatic dynamic: n becomes a symbol
+    x = torch.randn(6, 7, generator=torch.Generator().manual_seed(0))
+    before = {n: _count(n) for n in ("CompiledGraphFallback", "aten::_has_same_storage_numel")}
+    for n in (1, 2, 3):
+        xd = x.to(DEV)
+        got = compiled(xd, n)
+        for g, want in zip(got, fn(x, n), strict=True):
+            assert torch.equal(g.cpu(), want)
+        assert got[0]._base is xd and got[1]._base is xd
+        xd.add_(1)  # aliased as in eager: the views see the update
+        assert torch.equal(got[0].cpu(), x[:, n:] + 1)
+    assert {n: _count(n) for n in before} == before  # compiled, and no value read on the host
+
+
 def test_a_graph_returning_an_input_it_updated_compiles():
     def fn(x: torch.Tensor, y: torch.Tensor) -> tuple:
         z = x.mul_(2)

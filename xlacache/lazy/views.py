@@ -133,6 +133,14 @@ def _set_storage(args: tuple, kwargs: dict) -> LazyTensor:
     return _adopt(t, to_device(view))
 
 
+@special(aten._has_same_storage_numel.default)
+def _same_storage_numel(args: tuple, kwargs: dict) -> bool:
+    """Autograd's view replay (``_view_func``) asks it: a metadata question, no data read."""
+    base, other = args
+    sizes = [t.untyped_storage().nbytes() // t.element_size() for t in (base, other)]
+    return sizes[0] == sizes[1]
+
+
 def _copy_of_view(view: Any) -> Any:
     def handler(args: tuple, kwargs: dict) -> Any:
         out = view(*args, **kwargs)

@@ -42,7 +42,7 @@ from ..lowering.elementwise import register_fma
 from ..meta_inference import WIDE_DTYPES
 from ..record import op_info
 from ..rng import compiled_stream
-from . import draws, strided
+from . import draws, input_views, strided
 from .draws import RANDOM, REPLAYS, SAVES
 from .sizes import SIZE_OPS as _SIZES
 from .sizes import aval, concrete, symbol_values
@@ -132,10 +132,12 @@ class Plan:
     placeholders: list[Node]
     kinds: list[str]
     reason: str | None = None
-    # per graph output: ("in", i) an input, ("dev", k) device result k, ("host", k) host
-    # result k, ("size", k) size result k (an int, fixed by the binding), ("rng", k) the state
-    # of the call's draw k (``draws.py``), or None
+    # per graph output: ("in", i) an input, ("view", k) the view ``views[k]`` of an input
+    # (``input_views.py``), ("dev", k) device result k, ("host", k) host result k, ("size",
+    # k) size result k (an int, fixed by the binding), ("rng", k) the state of the call's
+    # draw k (``draws.py``), or None
     outputs: list[tuple[str, int] | None] = field(default_factory=list)
+    views: list[Node] = field(default_factory=list)
     size_results: list[int | torch.SymInt] = field(default_factory=list)
     device_results: list[Node] = field(default_factory=list)  # outputs, then updates
     device_updates: list[int] = field(default_factory=list)  # input updated by result k+n
@@ -272,6 +274,9 @@ def _results(p: Plan, nodes: list[Node]) -> str | None:
             p.outputs.append(("in", index[r]))
         elif r.op == "call_function" and r.target is _MUTATION:  # the input, updated
             p.outputs.append(("in", index[r.args[0]]))
+        elif (base := input_views.base_input(r)) is not None and p.kinds[index[base]] == DEVICE:
+            p.outputs.append(("view", len(p.views)))
+            p.views.append(r)
         elif isinstance(r.meta.get("val"), (int, torch.SymInt)):  # a size the backward needs
             p.outputs.append(("size", len(p.size_results)))
             p.size_results.append(r.meta["val"])

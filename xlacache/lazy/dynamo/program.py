@@ -47,7 +47,7 @@ from ..record import assign
 from ..rng import compiled_key, compiled_state, state_words
 from ..state import STATE
 from ..tensor import LOCK, LazyTensor, new_lazy
-from . import draws, lower, sizes, strided
+from . import draws, input_views, lower, sizes, strided
 
 FORMAT = 3  # versions the graph key below (2: float32 precision settings; 3: whole steps)
 _MAX_REASONS = 100
@@ -314,6 +314,8 @@ class CompiledGraph:
                 out.append(new_lazy(meta, avals[0], (node, 0)))
             elif w[0] == "in":
                 out.append(args[w[1]])
+            elif w[0] == "view":
+                out.append(input_views.replay(self.plan.views[w[1]], self.plan.placeholders, args))
             elif w[0] == "size":
                 out.append(prog.sizes[w[1]])
             elif w[0] == "rng":  # the state of this call's draw w[1], for the backward

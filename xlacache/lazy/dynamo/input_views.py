@@ -1,0 +1,50 @@
+"""Graph outputs that are views of graph inputs, made on the inputs themselves.
+
+AOTAutograd rebuilds such an output from the input after the compiled graph runs: it replays
+the view ops, but only while none has a symbolic argument; otherwise it takes the output's
+``_base`` and view function, or else ``input.as_strided(out.size(), out.stride(),
+out.storage_offset())``. A result the program computed is a new contiguous tensor, so after a
+recompile with dynamic sizes (``x[:, n:]`` with ``n`` changing between calls) that read the
+wrong elements. The plan gives such an output as the graph's view ops applied lazily to this
+call's input instead (``replay``): a view with ``_base``, exact whatever the sizes, and it
+stays aliased with the input, as eager's output does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.fx import Node
+from torch.fx.node import map_arg
+
+
+def base_input(n: Node) -> Node | None:
+    """The placeholder ``n`` is a view of through view ops alone (their other arguments no
+    tensors), or None."""
+    while n.op == "call_function":
+        op = n.target
+        if not isinstance(op, torch._ops.OpOverload) or not op.is_view:
+            return None
+        if not n.args or not isinstance(n.args[0], Node):
+            return None
+        rest: list[Node] = []
+        map_arg((n.args[1:], n.kwargs), rest.append)
+        if any(isinstance(m.meta.get("val"), torch.Tensor) for m in rest):
+            return None
+        n = n.args[0]
+    return n if n.op == "placeholder" else None
+
+
+def replay(n: Node, placeholders: list[Node], args: list) -> Any:
+    """``n``'s value computed lazily from this call's ``args`` (the graph's inputs, in its
+    placeholders' order): the view ops and the int arithmetic of their arguments."""
+    env: dict[Node, Any] = dict(zip(placeholders, args, strict=True))
+
+    def value(m: Node) -> Any:
+        if m not in env:
+            args_, kwargs = map_arg((m.args, m.kwargs), value)
+            env[m] = m.target(*args_, **kwargs)
+        return env[m]
+
+    return value(n)
