@@ -528,6 +528,19 @@ def test_outputs_viewing_an_input_stay_exact_when_sizes_become_dynamic():
         assert torch.equal(got[0].cpu(), x[:, n:] + 1)
     assert {n: _count(n) for n in before} == before  # compiled, and no value read on the host
 
+    def updated(x: torch.Tensor, n: int) -> tuple:  # views of the value an input is given
+        x.add_(1)
+        y = x[n:]
+        y.mul_(2)
+        return x[:, n:], y
+
+    compiled = torch.compile(updated, backend="xlacache")
+    for n in (1, 2, 3):
+        xd, xe = x.to(DEV), x.clone()
+        got, want = compiled(xd, n), updated(xe, n)
+        assert all(torch.equal(g.cpu(), w) for g, w in zip(got, want, strict=True))
+        assert torch.equal(xd.cpu(), xe)
+
 
 def test_a_graph_returning_an_input_it_updated_compiles():
     def fn(x: torch.Tensor, y: torch.Tensor) -> tuple:

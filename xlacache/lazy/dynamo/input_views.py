@@ -5,9 +5,10 @@ the view ops, but only while none has a symbolic argument; otherwise it takes th
 ``_base`` and view function, or else ``input.as_strided(out.size(), out.stride(),
 out.storage_offset())``. A result the program computed is a new contiguous tensor, so after a
 recompile with dynamic sizes (``x[:, n:]`` with ``n`` changing between calls) that read the
-wrong elements. The plan gives such an output as the graph's view ops applied lazily to this
-call's input instead (``replay``): a view with ``_base``, exact whatever the sizes, and it
-stays aliased with the input, as eager's output does.
+wrong elements. The plan gives such an output (of an input, or of the value the graph gives an
+input in place) as the graph's view ops applied lazily to this call's input instead
+(``replay``): a view with ``_base``, exact whatever the sizes, and it stays aliased with the
+input, as eager's output does.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from torch.fx import Node
 from torch.fx.node import map_arg
 
 
-def base_input(n: Node) -> Node | None:
-    """The placeholder ``n`` is a view of through view ops alone (their other arguments no
-    tensors), or None."""
+def base_input(n: Node, updated: dict[Node, Node]) -> tuple[Node, Node] | None:
+    """``(start, placeholder)`` when ``n`` is a view, through view ops alone (their other
+    arguments no tensors), of ``start``: a placeholder, or the value ``updated`` says a
+    placeholder is given in place (``copy_(placeholder, start)``); else None."""
     while n.op == "call_function":
+        if n in updated:
+            return n, updated[n]
         op = n.target
         if not isinstance(op, torch._ops.OpOverload) or not op.is_view:
             return None
@@ -33,13 +37,16 @@ def base_input(n: Node) -> Node | None:
         if any(isinstance(m.meta.get("val"), torch.Tensor) for m in rest):
             return None
         n = n.args[0]
-    return n if n.op == "placeholder" else None
+    return (n, n) if n.op == "placeholder" else None
 
 
-def replay(n: Node, placeholders: list[Node], args: list) -> Any:
-    """``n``'s value computed lazily from this call's ``args`` (the graph's inputs, in its
-    placeholders' order): the view ops and the int arithmetic of their arguments."""
+def replay(n: Node, start: Node, base: Any, placeholders: list[Node], args: list) -> Any:
+    """``n``'s value computed lazily from ``base`` (the input ``start`` stands for) and this
+    call's ``args`` (the graph's inputs, in its placeholders' order, for the int arguments):
+    the view ops and the int arithmetic of their arguments. A lazy view follows its input's
+    later updates, so it may be made before the graph's updates are given to the inputs."""
     env: dict[Node, Any] = dict(zip(placeholders, args, strict=True))
+    env[start] = base
 
     def value(m: Node) -> Any:
         if m not in env:

@@ -137,7 +137,7 @@ class Plan:
     # k) size result k (an int, fixed by the binding), ("rng", k) the state of the call's
     # draw k (``draws.py``), or None
     outputs: list[tuple[str, int] | None] = field(default_factory=list)
-    views: list[Node] = field(default_factory=list)
+    views: list[tuple[Node, Node, int]] = field(default_factory=list)  # (view, start, input)
     size_results: list[int | torch.SymInt] = field(default_factory=list)
     device_results: list[Node] = field(default_factory=list)  # outputs, then updates
     device_updates: list[int] = field(default_factory=list)  # input updated by result k+n
@@ -265,6 +265,11 @@ def _results(p: Plan, nodes: list[Node]) -> str | None:
     dev_out: list[Node] = []
     host_out: list[Node] = []
     sites = draws.sites(nodes)
+    updated = {  # value -> the input it is given to in place
+        n.args[1]: n.args[0]
+        for n in nodes
+        if n.op == "call_function" and n.target is _MUTATION and n.args[0].op == "placeholder"
+    }
     for r in results:
         if r is None:
             p.outputs.append(None)
@@ -274,9 +279,9 @@ def _results(p: Plan, nodes: list[Node]) -> str | None:
             p.outputs.append(("in", index[r]))
         elif r.op == "call_function" and r.target is _MUTATION:  # the input, updated
             p.outputs.append(("in", index[r.args[0]]))
-        elif (base := input_views.base_input(r)) is not None and p.kinds[index[base]] == DEVICE:
+        elif (viewed := input_views.base_input(r, updated)) and p.kinds[index[viewed[1]]] == DEVICE:
             p.outputs.append(("view", len(p.views)))
-            p.views.append(r)
+            p.views.append((r, viewed[0], index[viewed[1]]))
         elif isinstance(r.meta.get("val"), (int, torch.SymInt)):  # a size the backward needs
             p.outputs.append(("size", len(p.size_results)))
             p.size_results.append(r.meta["val"])

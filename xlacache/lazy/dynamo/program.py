@@ -315,7 +315,8 @@ class CompiledGraph:
             elif w[0] == "in":
                 out.append(args[w[1]])
             elif w[0] == "view":
-                out.append(input_views.replay(self.plan.views[w[1]], self.plan.placeholders, args))
+                view, start, i = self.plan.views[w[1]]
+                out.append(input_views.replay(view, start, args[i], self.plan.placeholders, args))
             elif w[0] == "size":
                 out.append(prog.sizes[w[1]])
             elif w[0] == "rng":  # the state of this call's draw w[1], for the backward
