@@ -2,8 +2,8 @@
 than eager's, put right (``restore_inplace_ops``) or refused (``wrong_in_aot``: the graph then
 runs lazily, where the runtime's own ops give eager's numbers or a clear error).
 
-* Dynamo's own decompositions (``torch._dynamo.config.enable_dynamo_decompositions``, on by
-  default; made for Inductor) write ``t.addcmul_(a, b, value=v)`` as
+* Dynamo's own decompositions (its ``enable_dynamo_decompositions`` setting, on by default;
+  made for Inductor) write ``t.addcmul_(a, b, value=v)`` as
   ``t.copy_(prims.fma(a * b, v, t))`` and ``t.addcdiv_(a, b, value=v)`` as
   ``t.copy_(prims.fma(a / b, v, t))``. On an integer ``t`` eager converts ``v`` to the integer
   type (``value=0.5`` adds nothing) where the fma adds ``0.5 * a * b`` and the copy truncates;

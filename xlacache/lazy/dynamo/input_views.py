@@ -20,6 +20,16 @@ from torch.fx import Node
 from torch.fx.node import map_arg
 
 
+def updated_inputs(nodes: list[Node], mutation: Any) -> dict[Node, Node]:
+    """Each value the graph gives an input in place (``mutation(placeholder, value)``), and
+    that input."""
+    return {
+        n.args[1]: n.args[0]
+        for n in nodes
+        if n.op == "call_function" and n.target is mutation and n.args[0].op == "placeholder"
+    }
+
+
 def base_input(n: Node, updated: dict[Node, Node]) -> tuple[Node, Node] | None:
     """``(start, placeholder)`` when ``n`` is a view, through view ops alone (their other
     arguments no tensors), of ``start``: a placeholder, or the value ``updated`` says a
@@ -28,7 +38,7 @@ def base_input(n: Node, updated: dict[Node, Node]) -> tuple[Node, Node] | None:
         if n in updated:
             return n, updated[n]
         op = n.target
-        if not isinstance(op, torch._ops.OpOverload) or not op.is_view:
+        if not getattr(op, "is_view", False):  # an aten op whose output views its input
             return None
         if not n.args or not isinstance(n.args[0], Node):
             return None

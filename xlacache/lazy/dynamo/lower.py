@@ -36,7 +36,7 @@ from torch.fx.node import map_aggregate
 
 from ..executor import conform_result
 from ..foreach import foreach_element
-from ..lowering import ARGUMENT_CHECKS, LOWERED_IF, LOWERINGS, jax_dtype, precision
+from ..lowering import ARGUMENT_CHECKS, LOWERED_IF, LOWERINGS, precision
 from ..lowering.checks import CHECKED_OPS, returning_checks
 from ..lowering.elementwise import register_fma
 from ..meta_inference import WIDE_DTYPES
@@ -45,7 +45,7 @@ from ..rng import compiled_stream
 from . import draws, input_views, strided
 from .draws import RANDOM, REPLAYS, SAVES
 from .sizes import SIZE_OPS as _SIZES
-from .sizes import aval, concrete, symbol_values
+from .sizes import aval, concrete
 
 aten = torch.ops.aten
 _WIDE_JAX = (jnp.float64, jnp.complex128)
@@ -265,11 +265,7 @@ def _results(p: Plan, nodes: list[Node]) -> str | None:
     dev_out: list[Node] = []
     host_out: list[Node] = []
     sites = draws.sites(nodes)
-    updated = {  # value -> the input it is given to in place
-        n.args[1]: n.args[0]
-        for n in nodes
-        if n.op == "call_function" and n.target is _MUTATION and n.args[0].op == "placeholder"
-    }
+    updated = input_views.updated_inputs(nodes, _MUTATION)
     for r in results:
         if r is None:
             p.outputs.append(None)
@@ -370,13 +366,6 @@ def _counter_step(p: Plan) -> int | float | None:
 
 
 # --------------------------------------------------------------------------- one binding
-
-
-def binding(p: Plan, args: list) -> dict[Any, int] | None:
-    """The concrete value of every size symbol of ``p``'s inputs in this call (``sizes``;
-    a saved RNG state's length is no size of the graph's)."""
-    pairs = zip(p.placeholders, p.kinds, args, strict=True)
-    return symbol_values((n.meta["val"], a) for n, k, a in pairs if k != RNG)
 
 
 def _wide(n: Node) -> bool:
@@ -504,7 +493,3 @@ def build(
         return [conform_result(env[r], a, "result") for r, a in zip(results, final, strict=True)]
 
     return returning_checks(run) if p.checked else run
-
-
-def packed_dtype(dtype: torch.dtype) -> np.dtype:
-    return np.dtype(jax_dtype(dtype))

@@ -181,7 +181,7 @@ class CompiledGraph:
         self.static = not plan.symbolic and not self.ints
         self.donated = tuple(self.dev.index(i) for i in plan.device_updates)
         self.updated = frozenset(plan.device_updates)
-        self.groups = [(lower.packed_dtype(d), members) for d, members in plan.groups]
+        self.groups = [(np.dtype(jax_dtype(d)), members) for d, members in plan.groups]
         h = hashlib.blake2b(f"xlacache.lazy.dynamo/{FORMAT}\n".encode(), digest_size=16)
         h.update(gm.code.encode())
         for n in gm.graph.nodes:
@@ -361,7 +361,7 @@ class CompiledGraph:
             if len(a.sharding.device_set) != 1:
                 raise NotImplementedError("inputs placed on several devices (SPMD)")
         p = self.plan
-        bind = lower.binding(p, args)
+        bind = _binding(p, args)
         if bind is None:
             raise NotImplementedError("input sizes that the size symbols given do not fix")
         ints = {i: int(args[i]) for i in self.ints}
@@ -439,3 +439,10 @@ class CompiledGraph:
         if alias is not None:
             executables.store(alias, compiled_here, signature, compiled)
         return compiled
+
+
+def _binding(p: lower.Plan, args: list) -> dict[Any, int] | None:
+    """The concrete value of every size symbol of ``p``'s inputs in this call (``sizes``;
+    a saved RNG state's length is no size of the graph's)."""
+    pairs = zip(p.placeholders, p.kinds, args, strict=True)
+    return sizes.symbol_values((n.meta["val"], a) for n, k, a in pairs if k != lower.RNG)
