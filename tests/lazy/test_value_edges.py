@@ -221,3 +221,29 @@ def test_sinh_cosh_and_exp2_of_complex_values_are_complex_functions(op, dtype):
     got = getattr(torch, op)(x.to(DEV)).cpu()
     assert got.dtype == want.dtype
     torch.testing.assert_close(got, want, rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["lazy", "compiled"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda t: torch.softmax(t / 2.83, -1),
+        lambda t: torch.log_softmax(t / 2.83, -1),
+        lambda t: torch.logsumexp(t / 2.83, -1),
+        lambda t: torch.softmax(t, -1),
+        lambda t: torch.log_softmax(t, -1),
+        lambda t: torch.logsumexp(t, -1),
+    ],
+    ids=["softmax", "log_softmax", "logsumexp", "softmax-raw", "log_softmax-raw", "lse-raw"],
+)
+def test_a_scaled_fully_masked_row_is_uniform_as_in_eager(op, compiled):
+    """A left-padded sequence's row of scores is all float32's min; scaled, XLA:CPU fused the
+    product into softmax's ``x - max(x)``, leaving its rounding error (-3e30): 0/0."""
+    inf = float("inf")
+    x = torch.full((7, 4), torch.finfo(torch.float32).min)
+    x[1] = torch.tensor([0.5, -1.0, 2.0, 0.0])
+    x[2:] = torch.tensor(
+        [[-inf] * 4, [inf, 1, 2, 3], [inf, inf, 0, 0], [-inf, 1, 2, 3], [1e38, -1e38, 0, 0]]
+    )
+    got = _run(op, compiled)(x.to(DEV)).cpu()
+    torch.testing.assert_close(got, op(x), equal_nan=True)

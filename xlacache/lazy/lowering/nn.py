@@ -12,19 +12,26 @@ import torch
 from jax import lax
 
 from .checks import INPUT_PROBABILITY, TARGET_PROBABILITY, checked, in_range, probability
+from .reductions import shifted_by_max
 from .registry import meta_kernel, norm_dim, real_sign, reg, reg_opmath, scalar_as_vector, upcast
 
 aten = torch.ops.aten
 
 
 def _softmax_fn(x: Any, dim: int, half_to_float: bool = False) -> Any:
-    return jax.nn.softmax(upcast(x), axis=norm_dim(dim, x.ndim))
+    axis = norm_dim(dim, x.ndim)
+    e = jnp.exp(shifted_by_max(upcast(x), axis)[0])
+    return e / jnp.sum(e, axis, keepdims=True)
+
+
+def _log_softmax(x: Any, dim: int, half_to_float: bool = False) -> Any:
+    axis = norm_dim(dim, x.ndim)
+    d = shifted_by_max(upcast(x), axis)[0]
+    return d - jnp.log(jnp.sum(jnp.exp(d), axis, keepdims=True))
 
 
 reg(aten._softmax.default)(_softmax_fn)
-reg(aten._log_softmax.default)(
-    lambda x, dim, half_to_float=False: jax.nn.log_softmax(upcast(x), axis=norm_dim(dim, x.ndim))
-)
+reg(aten._log_softmax.default)(_log_softmax)
 reg_opmath(aten._softmax_backward_data.default)(
     lambda g, y, dim, dt: y * (g - jnp.sum(g * y, axis=norm_dim(dim, y.ndim), keepdims=True))
 )

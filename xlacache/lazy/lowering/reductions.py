@@ -6,7 +6,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import torch
 from jax import lax
@@ -123,11 +122,29 @@ reg(aten.var_mean.correction)(
         jnp.mean(upcast(x), norm_dims(dim, x.ndim), keepdims=keepdim),
     )
 )
-reg(aten.logsumexp.default)(
-    lambda x, dim, keepdim=False: jax.nn.logsumexp(
-        upcast(x), norm_dims(dim, x.ndim), keepdims=keepdim
-    )
-)
+
+
+def shifted_by_max(x: Any, axes: Any, finite_shift: bool = False) -> tuple[Any, Any]:
+    """``(x - m, m)`` for ``m``, the max of ``x`` over ``axes`` (kept), where ``x - m`` is
+    exactly 0 at a finite max: XLA:CPU may fuse the multiply that made ``x`` into the
+    subtraction (one FMA), leaving the product's rounding error. For a row masked with
+    float32's min and scaled (``softmax(scores / 2.83)``, a left-padded sequence) that error
+    is about -3e30, whose ``exp`` is 0: the softmax was 0/0. With ``finite_shift`` a max that
+    is not finite shifts by 0 (logsumexp's -inf and inf), else by itself (softmax's NaN)."""
+    m = jnp.max(x, axes, keepdims=True)
+    finite = jnp.isfinite(m)
+    shift = jnp.where(finite, m, 0) if finite_shift else m
+    return jnp.where((x == m) & finite, 0, x - shift), m
+
+
+def _logsumexp(x: Any, dim: Any, keepdim: bool = False) -> Any:
+    axes = norm_dims(dim, x.ndim)
+    d, m = shifted_by_max(upcast(x), axes, finite_shift=True)
+    out = jnp.log(jnp.sum(jnp.exp(d), axes, keepdims=True)) + jnp.where(jnp.isfinite(m), m, 0)
+    return out if keepdim else jnp.squeeze(out, axes)
+
+
+reg(aten.logsumexp.default)(_logsumexp)
 
 
 def _accumulated(fn: Callable[..., Any]) -> Callable[..., Any]:
