@@ -1,8 +1,8 @@
 """Graph outputs that are views of graph inputs, made on the inputs themselves.
 
-AOTAutograd rebuilds such an output from the input after the compiled graph runs: it replays
-the view ops, but only while none has a symbolic argument; otherwise it takes the output's
-``_base`` and view function, or else ``input.as_strided(out.size(), out.stride(),
+AOTAutograd rebuilds such an output from the input after the compiled graph runs. When none of
+the view ops has a symbolic argument it replays them (the plan keeps the program's result: no
+op traced per call); otherwise it takes the output's ``_base`` and view function, or else ``input.as_strided(out.size(), out.stride(),
 out.storage_offset())``. A result the program computed is a new contiguous tensor, so after a
 recompile with dynamic sizes (``x[:, n:]`` with ``n`` changing between calls) that read the
 wrong elements. The plan gives such an output (of an input, or of the value the graph gives an
@@ -32,11 +32,13 @@ def updated_inputs(nodes: list[Node], mutation: Any) -> dict[Node, Node]:
 
 def base_input(n: Node, updated: dict[Node, Node]) -> tuple[Node, Node] | None:
     """``(start, placeholder)`` when ``n`` is a view, through view ops alone (their other
-    arguments no tensors), of ``start``: a placeholder, or the value ``updated`` says a
-    placeholder is given in place (``copy_(placeholder, start)``); else None."""
+    arguments no tensors, one of them symbolic: else AOTAutograd replays them itself), of
+    ``start``: a placeholder, or the value ``updated`` says a placeholder is given in place
+    (``copy_(placeholder, start)``); else None."""
+    symbolic = False
     while n.op == "call_function":
         if n in updated:
-            return n, updated[n]
+            return (n, updated[n]) if symbolic else None
         op = n.target
         if not getattr(op, "is_view", False):  # an aten op whose output views its input
             return None
@@ -46,8 +48,9 @@ def base_input(n: Node, updated: dict[Node, Node]) -> tuple[Node, Node] | None:
         map_arg((n.args[1:], n.kwargs), rest.append)
         if any(isinstance(m.meta.get("val"), torch.Tensor) for m in rest):
             return None
+        symbolic = symbolic or bool(rest)  # a size or an int argument given per call
         n = n.args[0]
-    return (n, n) if n.op == "placeholder" else None
+    return (n, n) if n.op == "placeholder" and symbolic else None
 
 
 def replay(n: Node, start: Node, base: Any, placeholders: list[Node], args: list) -> Any:
