@@ -2,13 +2,13 @@
 
 AOTAutograd rebuilds such an output from the input after the compiled graph runs. When none of
 the view ops has a symbolic argument it replays them (the plan keeps the program's result: no
-op traced per call); otherwise it takes the output's ``_base`` and view function, or else ``input.as_strided(out.size(), out.stride(),
-out.storage_offset())``. A result the program computed is a new contiguous tensor, so after a
-recompile with dynamic sizes (``x[:, n:]`` with ``n`` changing between calls) that read the
-wrong elements. The plan gives such an output (of an input, or of the value the graph gives an
-input in place) as the graph's view ops applied lazily to this call's input instead
-(``replay``): a view with ``_base``, exact whatever the sizes, and it stays aliased with the
-input, as eager's output does.
+op traced per call); otherwise it takes the output's ``_base`` and view function, or else
+``input.as_strided(out.size(), out.stride(), out.storage_offset())``. A result the program
+computed is a new contiguous tensor, so after a recompile with dynamic sizes (``x[:, n:]`` with
+``n`` changing between calls) that read the wrong elements. The plan gives such an output (of
+an input, or of the value the graph gives an input in place) as the graph's view ops applied
+lazily to this call's input instead (``replay``): a view with ``_base``, exact whatever the
+sizes, and it stays aliased with the input, as eager's output does.
 """
 
 from __future__ import annotations
