@@ -105,9 +105,12 @@ def _write_through_view(gm: GraphModule) -> str | None:
         if name in _WRITE_BACK_WRONG:
             viewing[n] = name
             continue
+        viewed = [inp for inp in n.all_input_nodes if inp in viewing]
+        if not viewed:
+            continue  # the common case: no storage to look up
         storage = _storage(n)
-        for inp in n.all_input_nodes:
-            if inp in viewing and storage is not None and storage == _storage(inp):
+        for inp in viewed:
+            if storage is not None and storage == _storage(inp):
                 viewing[n] = viewing[inp]  # a view of such a view (or the write's result)
                 break
     return None
