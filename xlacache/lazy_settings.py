@@ -73,6 +73,9 @@ LAZY_SETTINGS: tuple[Setting, ...] = (
     _lazy("autograd_threads", BOOL, False, "XLACACHE_LAZY_AUTOGRAD_THREADS",
           "run backward passes on torch's autograd device threads (off: the thread that "
           "first uses the device runs them itself, no handoff per backward)", "docs/lazy.md"),
+    _lazy("optim_loop", BOOL, False, "XLACACHE_LAZY_OPTIM_LOOP",
+          "optimizers with foreach=None run torch's per-parameter loop (off: their "
+          "multi-tensor implementation, as on CUDA)", "docs/lazy.md"),
     _lazy("rate_tracker_smoothing", FRACTION, 0.4, "RATE_TRACKER_SMOOTHING",
           "RateTracker's smoothing of the rate (torch_xla's)", "docs/lazy.md"),
     _lazy("cpu_num_devices", POSITIVE, None, "CPU_NUM_DEVICES",

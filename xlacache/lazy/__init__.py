@@ -40,6 +40,7 @@ from . import autocast as _autocast  # noqa: E402
 from . import control_flow as _control_flow  # noqa: E402
 from . import dispatch as _dispatch  # noqa: E402
 from . import factories as _factories  # noqa: E402
+from . import optim_defaults as _optim_defaults  # noqa: E402
 from . import packed as _packed  # noqa: E402, F401 - registers its handlers
 from . import random_ops as _random_ops  # noqa: E402, F401 - registers its handlers
 from . import rng as _rng  # noqa: E402
@@ -208,8 +209,9 @@ def install() -> None:
     """Install what the ``xla`` device needs from torch (``device()`` does it at first use):
     the device guard and the XLA-key factory kernels, ``torch.autocast("xla")``'s kernels,
     ``torch.Generator(device="xla")``, the seeding hook of ``torch.manual_seed``, Dynamo's
-    trace rules, the control-flow operators' rules (``torch.cond``...); backward passes of
-    the calling thread run on it (``_backward_on_this_thread``).
+    trace rules, the control-flow operators' rules (``torch.cond``...), ``torch.load``'s
+    restore to the device, optimizers' multi-tensor default (``optim_defaults``); backward
+    passes of the calling thread run on it (``_backward_on_this_thread``).
     Nothing else changes for any other device; ``uninstall()`` undoes it."""
     if _device.active():
         return
@@ -225,8 +227,15 @@ def install() -> None:
             _control_flow.install,
             _backward_on_this_thread,
             _storage_restore.install,
+            _optim_defaults_unless_loop,
         ]
     )
+
+
+def _optim_defaults_unless_loop() -> Any:
+    """Optimizers take their multi-tensor implementation on the device (``optim_defaults``)
+    unless ``XLACACHE_LAZY_OPTIM_LOOP=1``."""
+    return None if _lazy_setting("optim_loop") else _optim_defaults.install()
 
 
 def _backward_on_this_thread() -> Any:

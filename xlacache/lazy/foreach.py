@@ -13,6 +13,8 @@ aten = torch.ops.aten
 
 
 _FOREACH: dict[Any, tuple[Any, Callable[[tuple, dict, int], tuple[tuple, dict]]]] = {}
+# element ops for the overloads the named op lacks (a Scalar bound): torch's own kernels
+_SCALAR_TWINS = {"maximum": "clamp_min", "minimum": "clamp_max"}
 
 
 def foreach_element(func: Any) -> tuple[Any, Callable[[tuple, dict, int], tuple[tuple, dict]]]:
@@ -51,7 +53,13 @@ def _foreach_element(func: Any) -> tuple[Any, Callable[[tuple, dict, int], tuple
         plan.append(("same", "dtype"))
     else:
         packet = getattr(aten, name, None) or getattr(aten, name.rstrip("_"))
-        element, plan = _foreach_candidate(packet, fargs)
+        try:
+            element, plan = _foreach_candidate(packet, fargs)
+        except NotImplementedError:
+            twin = _SCALAR_TWINS.get(name.rstrip("_"))
+            if twin is None:
+                raise
+            element, plan = _foreach_candidate(getattr(aten, twin), fargs)
 
     def bind(args: tuple, kwargs: dict, j: int) -> tuple[tuple, dict]:
         pos: list[Any] = []

@@ -137,6 +137,21 @@ INTERNALS = (
     Internal("torch._C._dispatch_has_kernel_for_dispatch_key", "lowering.nn: meta kernels"),
     Internal("torch._C._disabled_torch_function_impl", "tensor: no __torch_function__ layer"),
     Internal("torch._C._increment_version", "dynamo.program: inputs updated in place"),
+    Internal(
+        "torch.utils._foreach_utils._get_foreach_kernels_supported_devices",
+        "optim_defaults: foreach on the device",
+    ),
+    Internal("torch.utils._foreach_utils._foreach_supported_types", "optim_defaults"),
+    Internal("torch.optim.optimizer._get_foreach_kernels_supported_devices", "optim_defaults"),
+    Internal("torch.optim.optimizer._foreach_supported_types", "optim_defaults"),
+    Internal("torch.optim.swa_utils._get_foreach_kernels_supported_devices", "optim_defaults"),
+    Internal("torch.optim.optimizer._get_capturable_supported_devices", "optim_defaults"),
+    Internal("torch.optim.adam._get_capturable_supported_devices", "optim_defaults"),
+    Internal("torch.optim.adamax._get_capturable_supported_devices", "optim_defaults"),
+    Internal("torch.optim.asgd._get_capturable_supported_devices", "optim_defaults"),
+    Internal("torch.optim.nadam._get_capturable_supported_devices", "optim_defaults"),
+    Internal("torch.optim.radam._get_capturable_supported_devices", "optim_defaults"),
+    Internal("torch.optim.adadelta._get_capturable_supported_devices", "optim_defaults"),
     Internal("torch._foreach_copy_", "dynamo.program: step counters written back"),
     Internal("torch._foreach_add_", "dynamo.program: step counters advanced in place"),
     Internal("torch._ops.OpOverload", "dispatch, record, graph, dynamo.lower: aten ops"),
@@ -464,6 +479,8 @@ def dynamo_skips_runtime() -> None:
         return
     for path in sorted(root.iterdir()):
         if path.name == "__init__.py" or path.name.startswith((".", "__")):
+            continue
+        if path.stem == "optim_defaults":  # torch's optimizers call it while Dynamo traces
             continue
         if path.suffix == ".py" or (path / "__init__.py").exists():
             trace_rules.add(f"xlacache.lazy.{path.stem}")

@@ -70,13 +70,9 @@ register_fma()  # Dynamo writes addcmul_ as prims.fma (torch._inductor.inductor_
 
 
 def _lowering(t: Any) -> Callable[..., Any] | None:
-    if _is_foreach(t):
+    if isinstance(t, torch._ops.OpOverload) and t._schema.name.startswith("aten::_foreach_"):
         return _foreach_lowering(t)
     return _LOCAL.get(t) or LOWERINGS.get(t)
-
-
-def _is_foreach(t: Any) -> bool:
-    return isinstance(t, torch._ops.OpOverload) and t._schema.name.startswith("aten::_foreach_")
 
 
 def _foreach_lowering(t: Any) -> Callable[..., Any] | None:
@@ -89,21 +85,14 @@ def _foreach_lowering(t: Any) -> Callable[..., Any] | None:
     low = _LOCAL.get(element) or LOWERINGS.get(element)
     if low is None:
         return None
-    op = op_info(element)
 
     def run(*args: Any, **kwargs: Any) -> list:
         count = len(next(a for a in args if isinstance(a, (list, tuple))))
         out = []
         for j in range(count):
             pos, kw = bind(args, kwargs, j)
-            wide = any(getattr(a, "dtype", None) in _WIDE_JAX for a in (*pos, *kw.values()))
-            if not wide:
-                pos = tuple(
-                    np.float32(a) if type(a) is float and i in op.spos else a
-                    for i, a in enumerate(pos)
-                )
-                kw = {k: np.float32(a) if type(a) is float and k in op.snames else a
-                      for k, a in kw.items()}  # fmt: skip
+            if not any(getattr(a, "dtype", None) in _WIDE_JAX for a in (*pos, *kw.values())):
+                pos, kw = _float32_scalars(element, pos, kw)
             out.append(low(*pos, **kw))
         return out
 
@@ -354,15 +343,26 @@ def _counter_step(p: Plan) -> int | float | None:
         return None
     steps = set()
     for i, r in zip(p.host_updates, p.host_results, strict=True):
-        if r.op != "call_function" or r.target is not aten.add.Tensor or r.kwargs:
-            return None
-        src, c = r.args
+        src, c = _added(r)
         if src is not p.placeholders[i] or type(c) not in (int, float):
             return None
         if r.meta["val"].dtype != src.meta["val"].dtype:
             return None
         steps.add((type(c), c))
     return steps.pop()[1] if len(steps) == 1 else None
+
+
+def _added(r: Node) -> tuple[Any, Any]:
+    """``(x, c)`` for ``r = x + c`` (an ``add`` or an element of a ``_foreach_add``), else Nones."""
+    if r.op != "call_function" or r.kwargs:
+        return None, None
+    if r.target is aten.add.Tensor:
+        return r.args[0], r.args[1]
+    if r.target is operator.getitem and isinstance(r.args[0], Node):
+        each, k = r.args
+        if each.target is aten._foreach_add.Scalar and not each.kwargs:
+            return each.args[0][k], each.args[1]
+    return None, None
 
 
 # --------------------------------------------------------------------------- one binding
@@ -376,9 +376,11 @@ def _wide(n: Node) -> bool:
 
 def _scalars(n: Node, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """Float ``Scalar`` arguments as the lazy recorder gives them to lowerings."""
-    if _wide(n):
-        return args, kwargs
-    op = op_info(n.target)
+    return (args, kwargs) if _wide(n) else _float32_scalars(n.target, args, kwargs)
+
+
+def _float32_scalars(target: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    op = op_info(target)
     args = tuple(
         np.float32(a) if type(a) is float and i in op.spos else a for i, a in enumerate(args)
     )

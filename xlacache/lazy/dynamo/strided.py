@@ -14,6 +14,7 @@ graph that does not lower) with the same index maps.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -79,22 +80,24 @@ def lowering(n: Node, concrete: Concrete) -> Callable[..., Any] | None:
     if t is aten.sym_stride.int:
         strides = [concrete(s) for s in src.meta["val"].stride()]
         return lambda x, d: strides[d]
+    if t not in LAYOUT_OPS:
+        return None
+    # the input's layout, computed when the program is traced (not when it is loaded)
+    have = functools.cache(lambda: _layout(src, concrete))
     if t is aten.as_strided.default:
-        have = _layout(src, concrete)
 
         def as_strided(x: Any, size: Any, stride: Any, storage_offset: Any = None) -> Any:
             want = strided_index(size, stride, storage_offset)
-            idx = _gather_index(have, want, "as_strided")
+            idx = _gather_index(have(), want, "as_strided")
             return x.reshape(-1)[idx]
 
         return as_strided
     if t is aten.as_strided_scatter.default:
-        have = _layout(src, concrete)
 
         def as_strided_scatter(
             x: Any, s: Any, size: Any, stride: Any, storage_offset: Any = None
         ) -> Any:
-            k = _scatter_source(have, strided_index(size, stride, storage_offset))
+            k = _scatter_source(have(), strided_index(size, stride, storage_offset))
             if not (k >= 0).any():
                 return x
             flat = s.astype(x.dtype).reshape(-1)

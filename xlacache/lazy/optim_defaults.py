@@ -1,0 +1,85 @@
+"""Optimizers on the ``xla`` device default to their ``foreach`` implementation, as on CUDA.
+
+With ``foreach`` left None, torch picks an optimizer's implementation (and
+``clip_grad_norm_``'s) per call: the multi-tensor one (``_foreach_*`` ops over all
+parameters) for plain tensors on CUDA-like devices, else a Python loop over the parameters.
+A lazy tensor is a subclass on the ``xla`` device, so it got the loop: a dozen traced ops per
+parameter per step, and a loop ``torch.compile``'s Dynamo unrolls again in every process.
+
+Here the device takes the multi-tensor implementation: ``LazyTensor`` joins torch's lists of
+foreach-capable tensor types (as DTensor does), ``xla`` its foreach devices, and the
+``capturable`` check of the multi-tensor implementations (torch lets only their loops run
+``capturable`` on ``xla``). torch keeps the two implementations numerically the same (its
+``test_foreach_matches_forloop``); here each optimizer is tested against eager
+(``tests/lazy/test_optim_defaults.py``). ``foreach=False`` still picks the loop, and
+``XLACACHE_LAZY_OPTIM_LOOP=1`` keeps torch's choice.
+
+Dynamo inlines this module's functions (it is off the runtime's skip list): torch's
+optimizers call them while Dynamo traces ``opt.step()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from .tensor import LazyTensor
+
+# the modules that hold torch's functions by name (imported from where torch defines them)
+FOREACH_DEVICES = ("torch.utils._foreach_utils", "torch.optim.optimizer", "torch.optim.swa_utils")
+CAPTURABLE_DEVICES = (
+    "torch.optim.adam",
+    "torch.optim.adamax",
+    "torch.optim.asgd",
+    "torch.optim.nadam",
+    "torch.optim.radam",
+    "torch.optim.adadelta",
+)
+FOREACH_TYPES = ("torch.utils._foreach_utils", "torch.optim.optimizer")
+_TORCH: dict[str, Callable[..., list[str]]] = {}
+
+
+def foreach_devices() -> list[str]:
+    """torch's foreach devices, and ``xla``."""
+    return _TORCH["foreach"]() + ["xla"]
+
+
+def capturable_devices(supports_xla: bool = True) -> list[str]:
+    """torch's capturable devices, with ``xla`` for the multi-tensor implementations too."""
+    return _TORCH["capturable"](supports_xla=True)
+
+
+def install() -> Callable[[], None]:
+    """Make the multi-tensor implementations the device's default; returns the undo."""
+    from torch.optim import optimizer
+    from torch.utils import _foreach_utils
+
+    _TORCH.setdefault("foreach", _foreach_utils._get_foreach_kernels_supported_devices)
+    _TORCH.setdefault("capturable", optimizer._get_capturable_supported_devices)
+    undo: list[Callable[[], None]] = []
+    for name, replacement, modules in (
+        ("_get_foreach_kernels_supported_devices", foreach_devices, FOREACH_DEVICES),
+        ("_get_capturable_supported_devices", capturable_devices, CAPTURABLE_DEVICES),
+    ):
+        for module in map(importlib.import_module, modules):
+            undo.append(_swap(module, name, replacement))
+    for module in map(importlib.import_module, FOREACH_TYPES):
+        types = module._foreach_supported_types
+        if LazyTensor not in types:
+            types.append(LazyTensor)
+            undo.append(lambda types=types: types.remove(LazyTensor))
+
+    def uninstall() -> None:
+        for step in reversed(undo):
+            step()
+
+    return uninstall
+
+
+def _swap(module: Any, name: str, replacement: Callable[..., Any]) -> Callable[[], None]:
+    original = getattr(module, name)
+    if original is replacement:  # installed already: its own undo puts torch's back
+        return lambda: None
+    setattr(module, name, replacement)
+    return lambda: setattr(module, name, original)
