@@ -44,7 +44,7 @@ def _model(layers: int, dev: torch.device | str) -> torch.nn.Module:
 
 def _train(cls: type, kw: dict, dev: torch.device | str, compiled: bool = False, layers: int = 2):
     """Six steps with gradient clipping; the parameters on the CPU, and the ops traced by the
-    last ``opt.step()``."""
+    last ``opt.step()`` (compiled: by the last step)."""
     model = _model(layers, dev)
     opt = cls(model.parameters(), lr=1e-2, **kw)
 
@@ -60,8 +60,15 @@ def _train(cls: type, kw: dict, dev: torch.device | str, compiled: bool = False,
     traced = 0
     for i in range(6):
         x = torch.randn(5, 8, generator=torch.Generator().manual_seed(i)).to(dev)
-        if dev == "cpu" or compiled:
+        if dev == "cpu":
             step(x)
+            continue
+        if compiled:
+            xl.sync()
+            before = counter_value("TracedOps") or 0
+            step(x)
+            xl.sync()
+            traced = (counter_value("TracedOps") or 0) - before
             continue
         model(x).square().mean().backward()
         xl.sync()
@@ -79,8 +86,10 @@ def test_each_optimizer_trains_as_eager_lazily_and_compiled(cls: type, kw: dict)
     expected, _ = _train(cls, eager_kw, "cpu")
     for compiled in (False, True):
         lazy_runs = counter_value("CompiledGraphLazyRun") or 0
-        got, _ = _train(cls, kw, DEV, compiled)
+        got, traced = _train(cls, kw, DEV, compiled)
         assert (counter_value("CompiledGraphLazyRun") or 0) == lazy_runs  # every graph compiled
+        if compiled:
+            assert traced == 0  # a steady step: executables only, no graph break in between
         for e, g in zip(expected, got, strict=True):
             torch.testing.assert_close(g, e, rtol=2e-5, atol=2e-6)
 
