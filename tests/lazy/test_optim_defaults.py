@@ -105,12 +105,15 @@ def test_the_device_takes_the_multi_tensor_step_and_its_numbers_are_the_loops() 
 
 
 def test_torch_defaults_stay_for_cpu_tensors_and_for_explicit_choices() -> None:
+    from torch.optim import swa_utils
     from torch.optim.optimizer import _default_to_fused_or_foreach
 
     lazy = [torch.zeros(2, device=DEV)]
     assert _default_to_fused_or_foreach(lazy, False) == (False, True)
     assert _default_to_fused_or_foreach([torch.zeros(2)], False) == (False, False)
     assert _default_to_fused_or_foreach(lazy, True) == (False, False)  # differentiable
+    # SWA's multi-tensor average is a lerp: the device keeps the loop's float32 numbers
+    assert "xla" not in swa_utils._get_foreach_kernels_supported_devices()
 
 
 def test_uninstall_gives_torch_its_functions_back() -> None:

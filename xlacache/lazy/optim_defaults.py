@@ -26,8 +26,9 @@ from typing import Any
 
 from .tensor import LazyTensor
 
-# the modules that hold torch's functions by name (imported from where torch defines them)
-FOREACH_DEVICES = ("torch.utils._foreach_utils", "torch.optim.optimizer", "torch.optim.swa_utils")
+# the modules that hold torch's functions by name (imported from where torch defines them);
+# not ``swa_utils``: its multi-tensor average is a ``lerp``, not the loop's float32 numbers
+FOREACH_DEVICES = ("torch.utils._foreach_utils", "torch.optim.optimizer")
 CAPTURABLE_DEVICES = (
     "torch.optim.adam",
     "torch.optim.adamax",

@@ -144,7 +144,6 @@ INTERNALS = (
     Internal("torch.utils._foreach_utils._foreach_supported_types", "optim_defaults"),
     Internal("torch.optim.optimizer._get_foreach_kernels_supported_devices", "optim_defaults"),
     Internal("torch.optim.optimizer._foreach_supported_types", "optim_defaults"),
-    Internal("torch.optim.swa_utils._get_foreach_kernels_supported_devices", "optim_defaults"),
     Internal("torch.optim.optimizer._get_capturable_supported_devices", "optim_defaults"),
     Internal("torch.optim.adam._get_capturable_supported_devices", "optim_defaults"),
     Internal("torch.optim.adamax._get_capturable_supported_devices", "optim_defaults"),
