@@ -24,12 +24,16 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from torch.optim import optimizer
+from torch.utils import _foreach_utils
+
 from .tensor import LazyTensor
 
-# the modules that hold torch's functions by name (imported from where torch defines them);
-# not ``swa_utils``: its multi-tensor average is a ``lerp``, not the loop's float32 numbers
-FOREACH_DEVICES = ("torch.utils._foreach_utils", "torch.optim.optimizer")
-CAPTURABLE_DEVICES = (
+# the modules that hold torch's foreach device function and foreach type list by name; not
+# ``swa_utils``: its multi-tensor average is a ``lerp``, not the loop's float32 numbers
+FOREACH = ("torch.utils._foreach_utils", "torch.optim.optimizer")
+# the multi-tensor implementations that check ``capturable`` devices
+CAPTURABLE = (
     "torch.optim.adam",
     "torch.optim.adamax",
     "torch.optim.asgd",
@@ -37,39 +41,31 @@ CAPTURABLE_DEVICES = (
     "torch.optim.radam",
     "torch.optim.adadelta",
 )
-FOREACH_TYPES = ("torch.utils._foreach_utils", "torch.optim.optimizer")
-_TORCH: dict[str, Callable[..., list[str]]] = {}
+_TORCH_FOREACH = _foreach_utils._get_foreach_kernels_supported_devices
+_TORCH_CAPTURABLE = optimizer._get_capturable_supported_devices
 
 
 def foreach_devices() -> list[str]:
     """torch's foreach devices, and ``xla``."""
-    return _TORCH["foreach"]() + ["xla"]
+    return _TORCH_FOREACH() + ["xla"]
 
 
 def capturable_devices(supports_xla: bool = True) -> list[str]:
     """torch's capturable devices, with ``xla`` for the multi-tensor implementations too."""
-    return _TORCH["capturable"](supports_xla=True)
+    return _TORCH_CAPTURABLE(supports_xla=True)
 
 
 def install() -> Callable[[], None]:
     """Make the multi-tensor implementations the device's default; returns the undo."""
-    from torch.optim import optimizer
-    from torch.utils import _foreach_utils
-
-    _TORCH.setdefault("foreach", _foreach_utils._get_foreach_kernels_supported_devices)
-    _TORCH.setdefault("capturable", optimizer._get_capturable_supported_devices)
     undo: list[Callable[[], None]] = []
-    for name, replacement, modules in (
-        ("_get_foreach_kernels_supported_devices", foreach_devices, FOREACH_DEVICES),
-        ("_get_capturable_supported_devices", capturable_devices, CAPTURABLE_DEVICES),
-    ):
-        for module in map(importlib.import_module, modules):
-            undo.append(_swap(module, name, replacement))
-    for module in map(importlib.import_module, FOREACH_TYPES):
+    for module in map(importlib.import_module, FOREACH):
+        undo.append(_swap(module, "_get_foreach_kernels_supported_devices", foreach_devices))
         types = module._foreach_supported_types
         if LazyTensor not in types:
             types.append(LazyTensor)
             undo.append(lambda types=types: types.remove(LazyTensor))
+    for module in map(importlib.import_module, CAPTURABLE):
+        undo.append(_swap(module, "_get_capturable_supported_devices", capturable_devices))
 
     def uninstall() -> None:
         for step in reversed(undo):
