@@ -11,7 +11,7 @@
    depends on the data (boolean-mask indexing, ``nonzero``...: CPU) or its lowering is for
    other arguments (``lowering.LOWERED_IF``: ``histc`` of floating values...: CPU);
 3. a rewrite: in-place and ``out=`` ops become their functional op plus an assignment,
-   ``_foreach_*`` ops a loop over the functional op;
+   ``_foreach_*`` ops one node over their lists (``foreach_nodes``) or a loop;
 4. the op's ``CompositeImplicitAutograd`` kernel (as in eager), else PyTorch's decompositions
    (``torch._decomp``);
 5. the CPU fallback (counted as ``aten::<op>``, as torch_xla does; an error with
@@ -33,6 +33,7 @@ from . import metrics
 from .autocast import CPU_AUTOCAST_OPS, warn_cpu_autocast
 from .executor import to_cpu
 from .foreach import foreach_element
+from .foreach_nodes import record_foreach
 from .identity import UnencodableAttribute
 from .lowering import ARGUMENT_CHECKS, LOWERED_IF, LOWERINGS, library_ops
 from .lowering.elementwise import register_fma
@@ -297,7 +298,17 @@ def _resize_output(out: LazyTensor, shape: Any) -> None:
 
 
 def _foreach(name: str, func: Any, args: tuple, kwargs: dict) -> Any:
-    element, bind = foreach_element(func)
+    element, bind, _ = foreach_element(func)
+    r = _ROUTES.get(id(element))  # an element op recorded as it comes: the op is one node
+    if r is None or r[0] is not element or STATE.routes_version != len(SPECIAL) + len(LOWERINGS):
+        r = _route(element)
+    if (r[1] is _RECORD and not r[2]) or r[1] is _INPLACE:
+        try:
+            res = record_foreach(func, element if r[1] is _RECORD else r[2], args, kwargs)
+        except UnencodableAttribute:
+            res = NotImplemented
+        if res is not NotImplemented:
+            return res
     inplace = name.endswith("_")
     into = inplace and not is_inplace(element)  # no in-place element op: assign its result
     n = len(next(a for a in args if isinstance(a, (list, tuple))))

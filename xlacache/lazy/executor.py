@@ -44,7 +44,7 @@ from .graph import (
     toposort,
 )
 from .identity import graph_key, lowering_fingerprint
-from .lowering import LOWERINGS, cast, jax_dtype, lower_random, x64
+from .lowering import cast, jax_dtype, lower_random, lowering_of, x64
 from .lowering.checks import CHECKED_OPS, SIGNATURE, returning_checks
 from .lowering.dtypes import weak_int
 from .reads import cut, keep_computed
@@ -101,7 +101,8 @@ def _build(order: list[Node], outs: list[tuple[Node, int]], checked: bool = Fals
                 steps.append((i, _Step(fn, phs, {}, ins, n.avals, RANDOM)))
                 continue
             targs, tkw = n.attrs
-            steps.append((i, _Step(LOWERINGS[n.func], targs, dict(tkw), ins, n.avals, str(n.func))))
+            low = lowering_of(n.func)
+            steps.append((i, _Step(low, targs, dict(tkw), ins, n.avals, str(n.func))))
     out_pos = [(n.pos, k) for n, k in outs]
 
     def run(*args: Any) -> list[Any]:

@@ -1,27 +1,40 @@
 """``_foreach_*`` ops as loops over their element op: which aten op a ``_foreach_*`` overload
-applies to each element, and how its arguments bind to element ``j`` (schema logic only; the
-dispatcher runs the loop, and the Dynamo lowering reuses the binding)."""
+applies to each element, how its arguments bind to element ``j``, and the lowering that
+applies the element op's lowering to each element (schema logic only: the dispatcher records
+one node per op or runs the loop, ``foreach_nodes``; the Dynamo lowering reuses both)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 aten = torch.ops.aten
 
+Bind = Callable[[tuple, dict, int], tuple[tuple, dict]]
 
-_FOREACH: dict[Any, tuple[Any, Callable[[tuple, dict, int], tuple[tuple, dict]]]] = {}
+
+class ElementOp(NamedTuple):
+    """What a ``_foreach_*`` overload applies to each element: ``op``; ``bind(args, kwargs,
+    j)``, element ``j``'s ``(args, kwargs)``; and how each foreach argument feeds it
+    (``kinds``: "list", element j; "same", as it is; "index", a tensor of per-element
+    scalars)."""
+
+    op: Any
+    bind: Bind
+    kinds: tuple[str, ...]
+
+
+_FOREACH: dict[Any, ElementOp] = {}
 # element ops for the overloads the named op lacks (a Scalar bound): torch's own kernels
 _SCALAR_TWINS = {"maximum": "clamp_min", "minimum": "clamp_max"}
 
 
-def foreach_element(func: Any) -> tuple[Any, Callable[[tuple, dict, int], tuple[tuple, dict]]]:
-    """``(op, bind)`` for a ``_foreach_*`` overload: the op it applies to each element and
-    ``bind(args, kwargs, j)``, the ``(args, kwargs)`` of element ``j`` (list arguments
-    indexed, a shared scalar or tensor as it is, an argument the element op takes as
-    keyword-only by name). Raises NotImplementedError when no overload fits."""
+def foreach_element(func: Any) -> ElementOp:
+    """The element op of a ``_foreach_*`` overload and its binding (list arguments indexed, a
+    shared scalar or tensor as it is, an argument the element op takes as keyword-only by
+    name). Raises NotImplementedError when no overload fits."""
     hit = _FOREACH.get(func)
     if hit is None:
         hit = _FOREACH[func] = _foreach_element(func)
@@ -45,7 +58,7 @@ def _fits(f: Any, c: Any) -> str | None:
     return None
 
 
-def _foreach_element(func: Any) -> tuple[Any, Callable[[tuple, dict, int], tuple[tuple, dict]]]:
+def _foreach_element(func: Any) -> ElementOp:
     fargs = func._schema.arguments
     name = func._schema.name.split("::")[1][len("_foreach_") :]
     if name.rstrip("_") == "norm":
@@ -80,7 +93,29 @@ def _foreach_element(func: Any) -> tuple[Any, Callable[[tuple, dict, int], tuple
                 kw[key] = v
         return tuple(pos), kw
 
-    return element, bind
+    return ElementOp(element, bind, tuple(how for how, _ in plan))
+
+
+def over_lists(
+    func: Any,
+    element_lowering: Callable[..., Any],
+    prepare: Callable[[tuple, dict], tuple[tuple, dict]] | None = None,
+) -> Callable[..., list]:
+    """The lowering of ``_foreach_*`` overload ``func``: ``element_lowering`` applied to each
+    element's arguments (``prepare(args, kwargs)`` first, if given), the results as a list."""
+    bind = foreach_element(func).bind
+
+    def run(*args: Any, **kwargs: Any) -> list:
+        count = len(next(a for a in args if isinstance(a, (list, tuple))))
+        out = []
+        for j in range(count):
+            pos, kw = bind(args, kwargs, j)
+            if prepare is not None:
+                pos, kw = prepare(pos, kw)
+            out.append(element_lowering(*pos, **kw))
+        return out
+
+    return run
 
 
 def _foreach_candidate(packet: Any, fargs: list) -> tuple[Any, list[tuple[str, str | None]]]:

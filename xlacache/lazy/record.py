@@ -12,6 +12,7 @@ chain of view ops from it: ``value`` re-derives a view whose root was updated in
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -87,6 +88,14 @@ def check_output_cast(result: torch.dtype, out: torch.dtype) -> None:
         )
 
 
+def _own_if_sole_view(c: Cell) -> None:
+    """Before a write of all of ``c``: if it views a storage nothing else holds (no tensor, no
+    other view: a gradient eager would have copied to its parameter's layout, ``x.t()`` where
+    ``x`` is gone), make it a storage of its own; the write then scatters into nothing."""
+    if c._chain and sys.getrefcount(c._root) == 2:  # ``c._root`` and the argument
+        c._root, c._chain = None, ()
+
+
 def assign(t: LazyTensor, new: LazyTensor) -> None:
     """Make ``new``'s value the value of ``t`` (an in-place update), propagating through views."""
     if new.dtype != t.dtype:
@@ -94,6 +103,7 @@ def assign(t: LazyTensor, new: LazyTensor) -> None:
     if new.shape != t.shape:
         new = record(aten.expand.default, (new, list(t.shape)), {})
     c = t._c
+    _own_if_sole_view(c)
     root = c._root
     v = value(new)  # ``new`` may be an alias whose root was updated since it was read
     if root is None:
@@ -182,7 +192,7 @@ class _Op:
         self.fp32 = func in precision.OPS  # float32 precision follows PyTorch's setting
         self.converts = func in SCALAR_CONVERSIONS  # eager checks a number's range
         schema = func._schema.arguments
-        tensors = any(str(a.type).startswith("Tensor") for a in schema)
+        tensors = any(str(a.type).startswith(("Tensor", "List[Tensor]")) for a in schema)
         if func in STATIC_SCALAR_OPS or not (tensors or func in _FILLING_FACTORIES):
             idx: list[tuple[int, str]] = []
         else:
@@ -251,7 +261,7 @@ def _convert(x: Any, ctx: _Ctx, dyn: bool) -> tuple[Any, Any]:
     if isinstance(x, (list, tuple)):
         if not x:
             return (), x
-        pairs = [_convert(e, ctx, False) for e in x]
+        pairs = [_convert(e, ctx, dyn) for e in x]  # a ``Scalar[]``'s numbers: graph inputs
         return tuple(p[0] for p in pairs), type(x)(p[1] for p in pairs)
     if dyn and type(x) is float:
         ctx.dyn = True
@@ -285,6 +295,25 @@ def _all_ints(x: list | tuple) -> bool:
     return bool(x)
 
 
+def _lazy_list(ts: list, inputs: list, seen: dict) -> tuple[tuple, list] | None:
+    """(template, metas) of a list of lazy tensors (``_foreach_*``, ``cat``) as ``_convert``
+    gives them; None if an element is something else."""
+    phs, metas = [], []
+    for t in ts:
+        if type(t) is not LazyTensor:
+            return None
+        c = t._c
+        r = c._root
+        v = c._v if r is None or c._rgen == r._gen else value(c)
+        j = seen.get(v)
+        if j is None:
+            j = seen[v] = len(inputs)
+            inputs.append(v)
+        phs.append(_PLACEHOLDERS[j] if j < 256 else placeholder(j))
+        metas.append(c._meta)
+    return tuple(phs), metas
+
+
 def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
     return RuntimeError(
         f"Input tensor is not an XLA tensor: {x.type()} of shape {list(x.shape)} given to {func} "
@@ -299,7 +328,7 @@ def record(
     args: tuple,
     kwargs: dict,
     as_view: bool = True,
-    into: LazyTensor | None = None,
+    into: LazyTensor | list[LazyTensor] | None = None,
     static: bool = False,
 ) -> Any:
     """Record ``func`` as one IR node and return lazy tensors for its outputs.
@@ -307,9 +336,10 @@ def record(
     The output of a view op on a lazy tensor is tracked as a view of that tensor's storage
     (``as_view=False``: a plain value). With ``into`` (an in-place op recorded as its
     functional op), the (first) output becomes ``into``'s value instead (``assign``), and
-    ``into`` is returned. Raises ``identity.UnencodableAttribute`` for an attribute that
-    cannot be keyed exactly. ``static``: Python floats stay compile-time constants (an op on
-    float64/complex128 values, whose floats a float32 graph input would round).
+    ``into`` is returned; a list ``into`` takes output ``k`` into its element ``k``. Raises
+    ``identity.UnencodableAttribute`` for an attribute that cannot be keyed exactly.
+    ``static``: Python floats stay compile-time constants (an op on float64/complex128
+    values, whose floats a float32 graph input would round).
 
     This runs for every op a training step records: the common argument kinds (lazy tensors,
     ints) are handled inline, and the attribute encoding, built alongside, equals
@@ -366,6 +396,10 @@ def record(
             targs.append(tuple(a))
             margs.append(a)
             codes.append("(" + ",".join([f"i{e}" for e in a]) + ")")
+        elif ta is list and (listed := _lazy_list(a, inputs, seen)) is not None:
+            targs.append(listed[0])
+            margs.append(listed[1])
+            codes.append("(" + ",".join([ph.code for ph in listed[0]]) + ")")
         else:
             if ctx is None:
                 ctx = _Ctx(func, inputs, seen)
@@ -420,23 +454,8 @@ def record(
         return record(func, args, kwargs, as_view, into, static=True)
     node = Node(func, tuple(inputs), attrs, avals, func, None, prefix)
     if into is not None:
-        c = into._c
-        aval = avals[0]
-        if multi is None and aval[1] is into.dtype and into.shape == aval[0]:
-            # the common cases of ``assign``, without a tensor for the result
-            r = c._root
-            if r is None:
-                c._v = (node, 0)
-                c._gen += 1
-                return into
-            if not c._chain and c._rgen == r._gen:  # an alias of its root (a parameter)
-                r._v = c._v = (node, 0)
-                r._gen += 1
-                c._rgen = r._gen
-                return into
-        check_output_cast(aval[1], into.dtype)
-        first = metas if multi is None else metas[0]
-        assign(into, LazyTensor(first, (node, 0)))
+        for k, t in enumerate(into if type(into) is list else [into]):
+            _write_output(t, node, k, metas if multi is None else metas[k], avals[k])
         return into
     if multi is None:
         out = new_lazy(metas, avals[0], (node, 0), layouts)
@@ -450,6 +469,26 @@ def record(
         for k, m in enumerate(metas)
     ]
     return wrapped if multi is list else tuple(wrapped)
+
+
+def _write_output(into: LazyTensor, node: Node, k: int, meta: torch.Tensor, aval: tuple) -> None:
+    """Output ``k`` of ``node`` becomes ``into``'s value (an in-place op), as ``assign``."""
+    c = into._c
+    if aval[1] is into.dtype and into.shape == aval[0]:
+        # the common cases of ``assign``, without a tensor for the result
+        _own_if_sole_view(c)
+        r = c._root
+        if r is None:
+            c._v = (node, k)
+            c._gen += 1
+            return
+        if not c._chain and c._rgen == r._gen:  # an alias of its root (a parameter)
+            r._v = c._v = (node, k)
+            r._gen += 1
+            c._rgen = r._gen
+            return
+    check_output_cast(aval[1], into.dtype)
+    assign(into, LazyTensor(meta, (node, k)))
 
 
 def track_view(out: LazyTensor, root: Cell, chain: tuple) -> None:

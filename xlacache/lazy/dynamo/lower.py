@@ -35,7 +35,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.fx.node import map_aggregate
 
 from ..executor import conform_result
-from ..foreach import foreach_element
+from ..foreach import foreach_element, over_lists
 from ..lowering import ARGUMENT_CHECKS, LOWERED_IF, LOWERINGS, precision
 from ..lowering.checks import CHECKED_OPS, returning_checks
 from ..lowering.elementwise import register_fma
@@ -76,27 +76,22 @@ def _lowering(t: Any) -> Callable[..., Any] | None:
 
 
 def _foreach_lowering(t: Any) -> Callable[..., Any] | None:
-    """A ``_foreach_*`` op as its element op's lowering over the lists (the dispatcher's
-    ``foreach_element`` binding); None when the element op has no lowering."""
+    """A ``_foreach_*`` op as its element op's lowering over the lists (``foreach.over_lists``,
+    float32 scalars as the lazy recorder gives them); None when the element op has none."""
     try:
-        element, bind = foreach_element(t)
+        element = foreach_element(t).op
     except NotImplementedError:
         return None
     low = _LOCAL.get(element) or LOWERINGS.get(element)
     if low is None:
         return None
 
-    def run(*args: Any, **kwargs: Any) -> list:
-        count = len(next(a for a in args if isinstance(a, (list, tuple))))
-        out = []
-        for j in range(count):
-            pos, kw = bind(args, kwargs, j)
-            if not any(getattr(a, "dtype", None) in _WIDE_JAX for a in (*pos, *kw.values())):
-                pos, kw = _float32_scalars(element, pos, kw)
-            out.append(low(*pos, **kw))
-        return out
+    def prepare(pos: tuple, kw: dict) -> tuple[tuple, dict]:
+        if any(getattr(a, "dtype", None) in _WIDE_JAX for a in (*pos, *kw.values())):
+            return pos, kw
+        return _float32_scalars(element, pos, kw)
 
-    return run
+    return over_lists(t, low, prepare)
 
 
 def _fake(x: Any) -> bool:

@@ -70,16 +70,19 @@ from .dtypes import BIT_VIEWS, cast, jax_dtype, x64
 from .random import lower_random
 from .registry import (
     ARGUMENT_CHECKS,
+    FOREACH_LOWERINGS,
     LOWERED_IF,
     LOWERINGS,
     META_KERNELS,
     STATIC_SCALAR_OPS,
+    lowering_of,
     reg,
 )
 from .scalar_conversions import SCALAR_CONVERSIONS, check_scalar_conversions
 
 __all__ = [
     "ARGUMENT_CHECKS",
+    "FOREACH_LOWERINGS",
     "LOWERED_IF",
     "META_KERNELS",
     "BIT_VIEWS",
@@ -90,6 +93,7 @@ __all__ = [
     "check_scalar_conversions",
     "jax_dtype",
     "lower_random",
+    "lowering_of",
     "precision",
     "reg",
     "x64",

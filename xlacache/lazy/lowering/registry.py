@@ -66,6 +66,18 @@ def opmath(fn: Fn) -> Fn:
 
 
 reg = registrar(LOWERINGS, "a lowering")  # ``@reg(aten.op.overload, ...)``
+# the ``_foreach_*`` ops recorded as one node each (``lazy.foreach_nodes``): their element op's
+# lowering over the lists, added as each is first recorded. Not in LOWERINGS: the dispatcher
+# records an op of that table as it comes, and a foreach op is checked first.
+FOREACH_LOWERINGS: dict[Any, Fn] = {}
+
+
+def lowering_of(func: Any) -> Fn:
+    """The lowering of a recorded node's op."""
+    fn = LOWERINGS.get(func)
+    return fn if fn is not None else FOREACH_LOWERINGS[func]
+
+
 # checks of an op's arguments eager makes that its meta kernel does not (on an argument's
 # value: a negative integer exponent), run with the meta kernel's arguments when it runs
 ARGUMENT_CHECKS: dict[Any, Fn] = {}
