@@ -116,8 +116,10 @@ def record_foreach(func: Any, element: Any, args: tuple, kwargs: dict) -> Any:
     if any(type(ts) not in (list, tuple) for ts in lists):
         return NotImplemented
     count = len(lists[0])
-    dtype = lists[0][0].dtype if count else None
-    if count == 0 or not dtype.is_floating_point:
+    if count == 0 or not isinstance(lists[0][0], LazyTensor):
+        return NotImplemented
+    dtype = lists[0][0].dtype
+    if not dtype.is_floating_point:
         return NotImplemented
     for ts in lists:
         if len(ts) != count:
