@@ -295,25 +295,6 @@ def _all_ints(x: list | tuple) -> bool:
     return bool(x)
 
 
-def _lazy_list(ts: list, inputs: list, seen: dict) -> tuple[tuple, list] | None:
-    """(template, metas) of a list of lazy tensors (``_foreach_*``, ``cat``) as ``_convert``
-    gives them; None if an element is something else."""
-    phs, metas = [], []
-    for t in ts:
-        if type(t) is not LazyTensor:
-            return None
-        c = t._c
-        r = c._root
-        v = c._v if r is None or c._rgen == r._gen else value(c)
-        j = seen.get(v)
-        if j is None:
-            j = seen[v] = len(inputs)
-            inputs.append(v)
-        phs.append(_PLACEHOLDERS[j] if j < 256 else placeholder(j))
-        metas.append(c._meta)
-    return tuple(phs), metas
-
-
 def _mixed_devices(func: Any, x: torch.Tensor) -> RuntimeError:
     return RuntimeError(
         f"Input tensor is not an XLA tensor: {x.type()} of shape {list(x.shape)} given to {func} "
@@ -396,10 +377,13 @@ def record(
             targs.append(tuple(a))
             margs.append(a)
             codes.append("(" + ",".join([f"i{e}" for e in a]) + ")")
-        elif ta is list and (listed := _lazy_list(a, inputs, seen)) is not None:
-            targs.append(listed[0])
-            margs.append(listed[1])
-            codes.append("(" + ",".join([ph.code for ph in listed[0]]) + ")")
+        elif ta is list and a and all([type(t) is LazyTensor for t in a]):  # ``_foreach_*``'s
+            if ctx is None:
+                ctx = _Ctx(func, inputs, seen)
+            phs = tuple([ctx.add(value(t)) for t in a])
+            targs.append(phs)
+            margs.append([t._c._meta for t in a])
+            codes.append("(" + ",".join([ph.code for ph in phs]) + ")")
         else:
             if ctx is None:
                 ctx = _Ctx(func, inputs, seen)
